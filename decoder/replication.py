@@ -1,0 +1,221 @@
+"""The replication stream: COPY BOTH framing (sans I/O) and a psycopg 3 driver.
+
+The framing functions turn CopyData payloads into :class:`XLogData` or
+:class:`Keepalive` and build standby status updates; they do no I/O and are
+tested without a server.  :class:`ReplicationConnection` drives them over the
+libpq layer of a psycopg 3 connection opened with ``replication=database``:
+non-blocking ``get_copy_data``/``put_copy_data`` and ``select`` on its socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import struct
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+from psycopg import pq, sql
+
+from decoder.errors import (
+    ConnectionLostError,
+    DecodeError,
+    ReplicationError,
+    SlotInUseError,
+    SlotMissingError,
+)
+from decoder.lsn import format_lsn
+from decoder.pgoutput import PG_EPOCH_OFFSET_US
+
+log = logging.getLogger(__name__)
+
+SESSION_OPTIONS: Final = (
+    "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=3"
+)
+
+_XLOG_HEAD = struct.Struct("!QQq")
+_KEEPALIVE = struct.Struct("!QqB")
+_STATUS = struct.Struct("!cQQQqB")
+
+
+@dataclass(frozen=True, slots=True)
+class XLogData:
+    wal_start: int
+    wal_end: int
+    send_time: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    wal_end: int
+    send_time: int
+    reply_requested: bool
+
+
+def parse_copy_data(buf: bytes) -> XLogData | Keepalive:
+    """Parse one CopyData message of the replication stream."""
+    if not buf:
+        raise DecodeError("empty CopyData", tag=None, offset=0)
+    tag = buf[0]
+    if tag == 0x77:  # 'w'
+        if len(buf) < 25:
+            raise DecodeError("XLogData header cut short", tag="w", offset=len(buf))
+        start, end, ts = _XLOG_HEAD.unpack_from(buf, 1)
+        return XLogData(start, end, ts, buf[25:])
+    if tag == 0x6B:  # 'k'
+        if len(buf) != 18:
+            raise DecodeError(f"keepalive of {len(buf)} bytes, expected 18", tag="k",
+                              offset=min(len(buf), 18))
+        end, ts, reply = _KEEPALIVE.unpack_from(buf, 1)
+        return Keepalive(end, ts, bool(reply))
+    raise DecodeError(f"unknown CopyData tag {tag:#x}", tag=chr(tag), offset=0)
+
+
+def now_pg_micros() -> int:
+    return int(time.time() * 1_000_000) - PG_EPOCH_OFFSET_US
+
+
+def standby_status(written: int, flushed: int, applied: int, *, reply: bool = False,
+                   clock: int | None = None) -> bytes:
+    """A Standby Status Update ('r') message."""
+    return _STATUS.pack(b"r", written, flushed, applied,
+                        now_pg_micros() if clock is None else clock, int(reply))
+
+
+class ReplicationConnection:
+    """One walsender connection streaming a logical slot."""
+
+    def __init__(self, dsn: str, *, application_name: str = "pgcdc") -> None:
+        self.dsn = dsn
+        self.application_name = application_name
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._streaming = False
+
+    # --- connection -----------------------------------------------------------------------
+
+    def connect(self) -> None:
+        try:
+            self._conn = psycopg.connect(
+                self.dsn, replication="database", autocommit=True,
+                application_name=self.application_name, options=SESSION_OPTIONS,
+            )
+        except psycopg.OperationalError as exc:
+            msg = f"cannot open a replication connection: {exc}".strip()
+            raise ConnectionLostError(msg) from exc
+
+    @property
+    def pgconn(self) -> pq.abc.PGconn:
+        if self._conn is None:
+            msg = "replication connection is not open; call connect() first"
+            raise ReplicationError(msg)
+        return self._conn.pgconn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._streaming = False
+
+    def command(self, query: sql.Composable | str) -> list[tuple[str | None, ...]]:
+        """Run one replication command (simple query protocol) and return its rows."""
+        text = query if isinstance(query, str) else query.as_string(None)
+        res = self.pgconn.exec_(text.encode())
+        if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            raise _server_error(res, text)
+        rows = []
+        for r in range(res.ntuples):
+            row = []
+            for c in range(res.nfields):
+                v = res.get_value(r, c)
+                row.append(None if v is None else bytes(v).decode())
+            rows.append(tuple(row))
+        return rows
+
+    # --- streaming ------------------------------------------------------------------------
+
+    def start(self, slot: str, start_lsn: int, options: dict[str, str]) -> None:
+        opts = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in options.items()
+        )
+        query = sql.SQL("START_REPLICATION SLOT {} LOGICAL {} ({})").format(
+            sql.Identifier(slot), sql.SQL(format_lsn(start_lsn)), opts
+        )
+        text = query.as_string(None)
+        pgconn = self.pgconn
+        pgconn.send_query(text.encode())
+        while True:
+            pgconn.consume_input()
+            if not pgconn.is_busy():
+                break
+            self._wait(read=True, timeout=1.0)
+        res = pgconn.get_result()
+        if res is None or res.status != pq.ExecStatus.COPY_BOTH:
+            if res is not None and res.error_field(pq.DiagnosticField.SQLSTATE) == b"55006":
+                raise SlotInUseError(slot, None)
+            if res is not None and res.error_field(pq.DiagnosticField.SQLSTATE) == b"42704":
+                raise SlotMissingError(slot)
+            raise _server_error(res, text)
+        pgconn.nonblocking = 1
+        self._streaming = True
+        log.info("streaming slot %s from %s", slot, format_lsn(start_lsn))
+
+    def read(self, timeout: float) -> XLogData | Keepalive | None:
+        """The next message, or None if nothing arrived within ``timeout`` seconds."""
+        pgconn = self.pgconn
+        deadline = time.monotonic() + timeout
+        while True:
+            nbytes, data = pgconn.get_copy_data(1)
+            if nbytes > 0:
+                return parse_copy_data(bytes(data))
+            if nbytes == 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._wait(read=True, timeout=remaining)
+                try:
+                    pgconn.consume_input()
+                except psycopg.OperationalError as exc:
+                    raise self._lost(str(exc)) from exc
+                continue
+            raise self._lost(pgconn.get_error_message())
+
+    def send_status(self, written: int, flushed: int, applied: int) -> None:
+        pgconn = self.pgconn
+        payload = standby_status(written, flushed, applied)
+        try:
+            while pgconn.put_copy_data(payload) == 0:
+                self._wait(read=False, timeout=1.0)
+            while pgconn.flush() == 1:
+                self._wait(read=False, timeout=1.0)
+        except psycopg.OperationalError as exc:
+            raise self._lost(str(exc)) from exc
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _wait(self, *, read: bool, timeout: float) -> None:
+        fd = self.pgconn.socket
+        if read:
+            select.select([fd], [], [], timeout)
+        else:
+            select.select([], [fd], [], timeout)
+
+    def _lost(self, detail: str) -> ConnectionLostError:
+        res = self.pgconn.get_result()
+        if res is not None and res.error_message:
+            detail = res.error_message.decode(errors="replace")
+        self._streaming = False
+        detail = detail.strip() or "the server closed the stream"
+        return ConnectionLostError(
+            f"replication stream ended: {detail}; pgcdc resumes from the durable position"
+        )
+
+
+def _server_error(res: pq.abc.PGresult | None, query: str) -> ReplicationError:
+    if res is None:
+        return ReplicationError(f"no result for {query!r}")
+    sqlstate = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    message = (res.error_message or b"").decode(errors="replace").strip()
+    return ReplicationError(f"{query!r} failed [{sqlstate}]: {message}")

@@ -1,0 +1,137 @@
+"""Publications, slots and the server checks that come before streaming.
+
+All SQL is built with :mod:`psycopg.sql`; names are never formatted into strings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from decoder.errors import (
+    MissingIdentityError,
+    PublicationMissingError,
+    ReplicationError,
+    SlotInUseError,
+    SlotMissingError,
+    WalLevelError,
+)
+from decoder.lsn import parse_lsn
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    name: str
+    plugin: str
+    active_pid: int | None
+    confirmed_flush_lsn: int | None
+    restart_lsn: int | None
+    wal_status: str | None
+
+
+def check_wal_level(conn: Conn) -> None:
+    row = conn.execute("SELECT current_setting('wal_level')").fetchone()
+    level = str(row[0]) if row else "unknown"
+    if level != "logical":
+        raise WalLevelError(level)
+
+
+def publication_exists(conn: Conn, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    return row is not None
+
+
+def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, create: bool) -> None:
+    """Make sure the publication exists; create it for ``tables`` (``schema.table``) if allowed.
+
+    With ``tables=None`` a created publication covers ``ALL TABLES`` (needs superuser).
+    """
+    if publication_exists(conn, name):
+        return
+    if not create:
+        raise PublicationMissingError(name)
+    if tables:
+        targets = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in tables)
+        query = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), targets)
+    else:
+        query = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
+    conn.execute(query)
+    log.info("created publication %s", name)
+
+
+def _split(qualified: str) -> tuple[str, ...]:
+    schema, dot, table = qualified.partition(".")
+    return (schema, table) if dot else ("public", qualified)
+
+
+def check_identity(conn: Conn, publication: str) -> None:
+    """Every published table must be keyable: a primary key or a replica identity index/full."""
+    rows = conn.execute(
+        """
+        SELECT format('%%I.%%I', n.nspname, c.relname)
+        FROM pg_publication_tables pt
+        JOIN pg_namespace n ON n.nspname = pt.schemaname
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+        WHERE pt.pubname = %s
+          AND c.relreplident IN ('d', 'n')
+          AND (c.relreplident = 'n' OR NOT EXISTS (
+                SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary))
+        ORDER BY 1
+        """,
+        (publication,),
+    ).fetchall()
+    if rows:
+        raise MissingIdentityError([str(r[0]) for r in rows])
+
+
+def slot_info(conn: Conn, slot: str) -> SlotInfo | None:
+    row = conn.execute(
+        """SELECT slot_name, plugin, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
+                  wal_status
+           FROM pg_replication_slots WHERE slot_name = %s""",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        return None
+    name, plugin, pid, confirmed, restart, wal_status = row
+    return SlotInfo(
+        str(name), str(plugin), int(pid) if isinstance(pid, int) else None,
+        parse_lsn(str(confirmed)) if confirmed else None,
+        parse_lsn(str(restart)) if restart else None,
+        str(wal_status) if wal_status else None,
+    )
+
+
+def ensure_slot(conn: Conn, slot: str, *, create: bool) -> SlotInfo:
+    info = slot_info(conn, slot)
+    if info is None:
+        if not create:
+            raise SlotMissingError(slot)
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        log.info("created replication slot %s", slot)
+        info = slot_info(conn, slot)
+        assert info is not None
+    if info.plugin != "pgoutput":
+        msg = (f'replication slot "{slot}" uses plugin {info.plugin}, pgcdc needs pgoutput: '
+               "choose another slot name with --slot")
+        raise ReplicationError(msg)
+    if info.active_pid is not None:
+        raise SlotInUseError(slot, info.active_pid)
+    return info
+
+
+def drop_slot(conn: Conn, slot: str) -> None:
+    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def current_wal_lsn(conn: Conn) -> int:
+    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return parse_lsn(str(row[0]))

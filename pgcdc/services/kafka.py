@@ -1,0 +1,167 @@
+"""A throwaway single-node Kafka broker (KRaft mode) running as a local JVM process.
+
+The broker jars come from Maven Central (``org.apache.kafka:kafka_2.13``) and are
+cached outside the work tree; storage is formatted in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from pgcdc.errors import JavaMissingError, TerminalError
+from pgcdc.services import maven
+from pgcdc.services.ports import free_port, wait_for_port
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.1.1"
+KAFKA_COORDINATES = [
+    f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
+    "org.slf4j:slf4j-simple:1.7.36",
+]
+
+
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise JavaMissingError
+    return found
+
+
+class KafkaBroker:
+    """One KRaft node acting as broker and controller on 127.0.0.1."""
+
+    def __init__(self, *, port: int | None = None, heap: str = "768m") -> None:
+        self.java = java_binary()
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.heap = heap
+        self.base = Path(tempfile.mkdtemp(prefix="pgcdc-kafka-"))
+        self.logfile = self.base / "broker.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._classpath: str | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90.0) -> KafkaBroker:
+        config = self.base / "server.properties"
+        if not config.exists():
+            self._format(config)
+        with self.logfile.open("ab") as out:
+            self._proc = subprocess.Popen(
+                [self.java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
+                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                 "-cp", self._jars(), "kafka.Kafka", str(config)],
+                stdout=out, stderr=subprocess.STDOUT,
+            )
+        if not wait_for_port(self.port, timeout=timeout) or not self._ready(timeout):
+            tail = self.log_tail()
+            self.stop()
+            msg = f"Kafka did not start on port {self.port} within {timeout:.0f}s:\n{tail}"
+            raise TerminalError(msg)
+        log.info("kafka started on %s", self.bootstrap_servers)
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        """A hard crash of the broker (SIGKILL)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+            self._proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _jars(self) -> str:
+        if self._classpath is None:
+            jars = maven.resolve("kafka", KAFKA_COORDINATES)
+            self._classpath = os.pathsep.join(str(j) for j in jars)
+        return self._classpath
+
+    def _format(self, config: Path) -> None:
+        data = self.base / "data"
+        config.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={data}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "",
+        ]))
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            [self.java, "-cp", self._jars(), "kafka.tools.StorageTool", "format",
+             "-t", cluster_id, "-c", str(config)],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            msg = f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}"
+            raise TerminalError(msg)
+
+    def _ready(self, timeout: float) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                return False
+            try:
+                if admin.list_topics(timeout=2).brokers:
+                    return True
+            except Exception:  # noqa: S110 - KafkaException while the broker boots
+                pass
+            time.sleep(0.3)
+        return False

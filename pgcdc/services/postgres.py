@@ -1,0 +1,163 @@
+"""A throwaway PostgreSQL cluster for tests and the demo.
+
+``initdb`` into a temporary folder, ``wal_level=logical``, a free port on
+127.0.0.1, trust authentication, and everything removed on :meth:`stop`.
+PostgreSQL refuses to run as root; when we are root the server runs as the
+``postgres`` user (from Debian's package) or ``nobody``.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+from pgcdc.errors import TerminalError
+from pgcdc.services.ports import free_port
+
+log = logging.getLogger(__name__)
+
+MIN_VERSION = 15
+
+
+class PostgresNotFoundError(TerminalError):
+    def __init__(self) -> None:
+        super().__init__(
+            f"no PostgreSQL {MIN_VERSION}+ server binaries (initdb, pg_ctl, postgres) found; "
+            "install them (apt-get install postgresql) or set PGCDC_PG_BINDIR to their folder"
+        )
+
+
+def find_bindir() -> Path:
+    """The folder of the newest PostgreSQL server binaries on this machine."""
+    env = os.environ.get("PGCDC_PG_BINDIR")
+    candidates = [Path(env)] if env else []
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    candidates += [Path(v) for v in versions if Path(v).parent.name.isdigit()
+                   and int(Path(v).parent.name) >= MIN_VERSION]
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(os.path.realpath(on_path)).parent)
+    for candidate in candidates:
+        if (candidate / "initdb").exists() and (candidate / "pg_ctl").exists():
+            return candidate
+    raise PostgresNotFoundError
+
+
+class PostgresServer:
+    """One local cluster; use as a context manager or call start() / stop()."""
+
+    def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None) -> None:
+        self.bindir = find_bindir()
+        self.port = port or free_port()
+        self.settings = settings or {}
+        self.base = Path(tempfile.mkdtemp(prefix="pgcdc-pg-"))
+        self.datadir = self.base / "data"
+        self.logfile = self.base / "server.log"
+        self._user = _server_user()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> PostgresServer:
+        if not self.datadir.exists():
+            self._initdb()
+        self._pg_ctl("start", "-w", "-t", "60", "-l", str(self.logfile))
+        log.info("postgresql started on port %d (%s)", self.port, self.datadir)
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server; ``mode='immediate'`` is a crash (no shutdown checkpoint)."""
+        if (self.datadir / "postmaster.pid").exists():
+            self._pg_ctl("stop", "-w", "-m", mode, check=False)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()
+
+    # --- connection strings ---------------------------------------------------------------
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _initdb(self) -> None:
+        self._chown(self.base)
+        self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+                   "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        conf = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.base}'",
+            "wal_level": "logical",
+            "max_wal_senders": "20",
+            "max_replication_slots": "20",
+            "max_connections": "100",
+            "logical_decoding_work_mem": "64MB",
+            "log_min_messages": "warning",
+        }
+        conf.update(self.settings)
+        with (self.datadir / "postgresql.conf").open("a") as fh:
+            for key, value in conf.items():
+                fh.write(f"{key} = {value}\n")
+        with (self.datadir / "pg_hba.conf").open("a") as fh:
+            fh.write("host replication all 127.0.0.1/32 trust\n")
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> None:
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *args], check=check)
+
+    def _run(self, argv: list[str], *, check: bool = True) -> None:
+        if self._user is not None:
+            argv = ["runuser", "-u", self._user, "--", *argv]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            msg = (f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}"
+                   f"{result.stderr}\n{self.log_tail()}")
+            raise TerminalError(msg)
+
+    def _chown(self, path: Path) -> None:
+        if self._user is None:
+            return
+        entry = pwd.getpwnam(self._user)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
+
+
+def _server_user() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    msg = "running as root and no 'postgres' or 'nobody' user exists to run PostgreSQL as"
+    raise TerminalError(msg)

@@ -1,0 +1,56 @@
+"""JSON lines to stdout or a file: one Debezium-style envelope per line.
+
+Durable means written and flushed to the operating system (and fsynced for a
+file) at the end of each transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import IO
+
+from decoder.change import ChangeEvent
+from sinks.envelope import encode_value
+from snapshot_builder.catalog import TableVersion
+
+
+class JsonLinesSink:
+    def __init__(self, path: str | None = None, *, server_name: str = "pgcdc") -> None:
+        self._own = path not in (None, "-")
+        self._out: IO[bytes] = open(path, "ab") if path not in (None, "-") else sys.stdout.buffer  # noqa: SIM115
+        self._server_name = server_name
+        self._durable: int | None = None
+
+    def publish_table(self, table: TableVersion, lsn: int) -> None:
+        line = json.dumps({"table_version": table.to_dict(), "lsn": lsn}, separators=(",", ":"))
+        self._out.write(line.encode() + b"\n")
+
+    def write(self, event: ChangeEvent) -> None:
+        now_ms = int(time.time() * 1000)
+        self._out.write(encode_value(event, server_name=self._server_name, now_ms=now_ms) + b"\n")
+
+    def end_transaction(self, end_lsn: int) -> None:
+        self._out.flush()
+        if self._own:
+            os.fsync(self._out.fileno())
+        self._durable = end_lsn
+
+    def durable_lsn(self) -> int | None:
+        return self._durable
+
+    def in_flight(self) -> int:
+        return 0
+
+    def poll(self, timeout: float = 0.0) -> None:
+        return None
+
+    def flush(self, timeout: float) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        self._out.flush()
+        if self._own:
+            self._out.close()

@@ -1,0 +1,184 @@
+"""The Kafka sink: one topic per table, keyed by primary key, idempotent producer, acks=all.
+
+Durable means acknowledged by every in-sync replica (``acks=all``) of an
+idempotent producer.  Delivery reports arrive on :meth:`KafkaSink.poll`; the
+:class:`~sinks.acks.AckTracker` turns them into a durable LSN in commit order.
+The first failed delivery is kept and raised by :meth:`KafkaSink.durable_lsn`,
+after which nothing more becomes durable, so the slot never passes a message
+that might be lost (a "possibly persisted" one included).
+
+Table definitions go to the catalog topic ``<prefix>._catalog`` and are
+flushed synchronously before the first event of that version is produced, so
+a consumer always finds the version an event names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from decoder.change import ChangeEvent
+from pgcdc.errors import TerminalError, TransientError
+from sinks.acks import AckTracker
+from sinks.envelope import encode_key, encode_value
+from snapshot_builder.catalog import TableVersion
+
+log = logging.getLogger(__name__)
+
+_ILLEGAL_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+CATALOG_SUFFIX = "_catalog"
+
+
+class KafkaUnreachableError(TransientError):
+    def __init__(self, servers: str, detail: str) -> None:
+        super().__init__(
+            f"cannot reach Kafka at {servers}: {detail}; check that the brokers run and that "
+            "--bootstrap-servers (PGCDC_BOOTSTRAP_SERVERS) names them"
+        )
+
+
+class KafkaSinkError(TerminalError):
+    pass
+
+
+def topic_name(prefix: str, schema: str, table: str) -> str:
+    """``<prefix>.<schema>.<table>``; characters Kafka does not allow become ``_``."""
+    return ".".join([prefix, _ILLEGAL_TOPIC_CHARS.sub("_", schema),
+                     _ILLEGAL_TOPIC_CHARS.sub("_", table)])
+
+
+def table_topic_pattern(prefix: str) -> str:
+    """A Java/Python regex matching every table topic of ``prefix`` and not the catalog."""
+    return rf"^{re.escape(prefix)}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+
+
+def catalog_topic(prefix: str) -> str:
+    return f"{prefix}.{CATALOG_SUFFIX}"
+
+
+class KafkaSink:
+    def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "pgcdc",
+                 partitions: int = 1, replication_factor: int = 1,
+                 producer_config: dict[str, Any] | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.prefix = topic_prefix
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        base = {"bootstrap.servers": bootstrap_servers}
+        self._admin = AdminClient(base)
+        self._check_reachable()
+        config: dict[str, Any] = {
+            **base,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 200_000,
+            "message.timeout.ms": 120_000,
+        }
+        config.update(producer_config or {})
+        self._producer = Producer(config)
+        self._tracker = AckTracker()
+        self._topics: set[str] = set()
+        self._published: set[tuple[int, str]] = set()
+        self._table_topics: dict[int, str] = {}
+        self.catalog_topic = catalog_topic(topic_prefix)
+        self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
+
+    # --- Sink protocol --------------------------------------------------------------------
+
+    def publish_table(self, table: TableVersion, lsn: int) -> None:
+        key = (table.oid, table.version)
+        if key in self._published:
+            return
+        self._table_topics[table.oid] = self._ensure_topic(
+            topic_name(self.prefix, table.schema, table.name), partitions=self.partitions)
+        value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid])
+        errors: list[KafkaError] = []
+        self._producer.produce(
+            self.catalog_topic,
+            key=f"{table.oid}.{table.version}".encode(),
+            value=json.dumps(value, separators=(",", ":")).encode(),
+            on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
+        )
+        remaining = self._producer.flush(60)
+        if remaining or errors:
+            detail = errors[0] if errors else f"{remaining} messages still queued after 60 s"
+            msg = f"could not publish table version {table.qualified_name}@{table.version}: {detail}"
+            raise KafkaSinkError(msg)
+        self._published.add(key)
+
+    def write(self, event: ChangeEvent) -> None:
+        topic = self._table_topics.get(event.table.oid)
+        if topic is None:
+            msg = f"event for {event.table.qualified_name} before its table version was published"
+            raise KafkaSinkError(msg)
+        handle = self._tracker.sent()
+        tracker = self._tracker
+
+        def delivered(err: KafkaError | None, _msg: object) -> None:
+            if err is None:
+                tracker.acked(handle)
+            else:
+                tracker.failed(KafkaException(err))
+
+        key = encode_key(event)
+        value = encode_value(event, server_name=self.prefix, now_ms=int(time.time() * 1000))
+        headers = [("pgcdc.table_version", event.table.version.encode())]
+        while True:
+            try:
+                self._producer.produce(topic, key=key, value=value, headers=headers,
+                                       on_delivery=delivered)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def end_transaction(self, end_lsn: int) -> None:
+        self._tracker.end_transaction(end_lsn)
+
+    def durable_lsn(self) -> int | None:
+        return self._tracker.durable_lsn()
+
+    def in_flight(self) -> int:
+        return self._tracker.in_flight()
+
+    def poll(self, timeout: float = 0.0) -> None:
+        self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> None:
+        self._producer.flush(timeout)
+
+    def close(self) -> None:
+        self._producer.flush(30)
+
+    # --- topics ---------------------------------------------------------------------------
+
+    def _check_reachable(self) -> None:
+        try:
+            self._admin.list_topics(timeout=10)
+        except KafkaException as exc:
+            raise KafkaUnreachableError(self.bootstrap_servers, str(exc.args[0])) from exc
+
+    def _ensure_topic(self, name: str, *, partitions: int, compact: bool = False) -> str:
+        if name in self._topics:
+            return name
+        config = {"cleanup.policy": "compact"} if compact else {}
+        futures = self._admin.create_topics(
+            [NewTopic(name, num_partitions=partitions,
+                      replication_factor=self.replication_factor, config=config)],
+            operation_timeout=30,
+        )
+        try:
+            futures[name].result(timeout=60)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                msg = f"cannot create topic {name}: {exc.args[0]}"
+                raise KafkaSinkError(msg) from exc
+        self._topics.add(name)
+        return name

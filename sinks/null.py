@@ -1,0 +1,36 @@
+"""A sink that drops every event: for measuring the decoder alone.  Everything is "durable"."""
+
+from __future__ import annotations
+
+from decoder.change import ChangeEvent
+from snapshot_builder.catalog import TableVersion
+
+
+class NullSink:
+    def __init__(self) -> None:
+        self.events = 0
+        self._durable: int | None = None
+
+    def publish_table(self, table: TableVersion, lsn: int) -> None:
+        return None
+
+    def write(self, event: ChangeEvent) -> None:
+        self.events += 1
+
+    def end_transaction(self, end_lsn: int) -> None:
+        self._durable = end_lsn
+
+    def durable_lsn(self) -> int | None:
+        return self._durable
+
+    def in_flight(self) -> int:
+        return 0
+
+    def poll(self, timeout: float = 0.0) -> None:
+        return None
+
+    def flush(self, timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
