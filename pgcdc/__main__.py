@@ -1,0 +1,3 @@
+from pgcdc.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""The ``pgcdc`` command.
+
+Exit codes: 0 success; 1 the demo's lake differs from its source; 2 bad usage or
+configuration; 3 a terminal error (act on the message); 4 a transient error
+(retrying later may succeed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from pgcdc.errors import ConfigError, PgcdcError, TransientError
+
+EXIT_DIFFERS = 1
+EXIT_USAGE = 2
+EXIT_TERMINAL = 3
+EXIT_TRANSIENT = 4
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"PGCDC_{name}", default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgcdc",
+        description="Change data capture from PostgreSQL (pgoutput) through Kafka into Delta "
+                    "tables. Every option also reads PGCDC_<OPTION> from the environment.",
+    )
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "WARNING"),
+                        help="logging level (default WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the whole pipeline on a sample workload and compare "
+                                       "the lake with the source")
+    demo.add_argument("--dsn", default=_env("DSN"),
+                      help="PostgreSQL to use (default: start a throwaway server)")
+    demo.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"),
+                      help="Kafka to use (default: start a throwaway broker)")
+    demo.add_argument("--output", type=Path, default=Path(_env("OUTPUT", "pgcdc-output") or "."),
+                      help="folder for the Delta tables and checkpoints (default ./pgcdc-output)")
+    demo.add_argument("--transactions", type=int, default=2000,
+                      help="how many workload transactions (default 2000)")
+    demo.add_argument("--seed", type=int, default=42)
+
+    run = sub.add_parser("run", help="stream a slot into a sink until interrupted")
+    run.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None,
+                     help="PostgreSQL connection string (a role with REPLICATION)")
+    run.add_argument("--slot", default=_env("SLOT", "pgcdc"))
+    run.add_argument("--publication", default=_env("PUBLICATION", "pgcdc"))
+    run.add_argument("--tables", default=_env("TABLES"),
+                     help="comma-separated schema.table list for a publication pgcdc creates")
+    run.add_argument("--sink", choices=["kafka", "jsonl", "null"], default=_env("SINK", "kafka"))
+    run.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"))
+    run.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
+    run.add_argument("--output", default=_env("OUTPUT", "-"),
+                     help="file for --sink jsonl (default stdout)")
+
+    spark = sub.add_parser("spark", help="apply the change topics to Delta tables "
+                                         "(Spark Structured Streaming)")
+    spark.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"),
+                       required=_env("BOOTSTRAP_SERVERS") is None)
+    spark.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
+    spark.add_argument("--lake", default=_env("LAKE"), required=_env("LAKE") is None,
+                       help="URI of the folder holding one Delta table per source table")
+    spark.add_argument("--checkpoint", default=_env("CHECKPOINT"),
+                       required=_env("CHECKPOINT") is None, help="checkpoint URI")
+    spark.add_argument("--trigger-seconds", type=float, default=5.0)
+    spark.add_argument("--available-now", action="store_true",
+                       help="process what is in Kafka now, then stop (backfill)")
+    spark.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    spark.add_argument("--master", default=_env("SPARK_MASTER", "local[2]"),
+                       help="Spark master; 'none' when launched by spark-submit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "demo":
+            return _demo(args)
+        if args.command == "run":
+            return _run(args)
+        return _spark(args)
+    except ConfigError as exc:
+        print(f"pgcdc: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TransientError as exc:
+        print(f"pgcdc: {exc}", file=sys.stderr)
+        return EXIT_TRANSIENT
+    except PgcdcError as exc:
+        print(f"pgcdc: {exc}", file=sys.stderr)
+        return EXIT_TERMINAL
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pgcdc.demo import DemoOptions, print_report, run_demo
+
+    results = run_demo(DemoOptions(dsn=args.dsn, bootstrap_servers=args.bootstrap_servers,
+                                   output=args.output, transactions=args.transactions,
+                                   seed=args.seed))
+    return 0 if print_report(results) else EXIT_DIFFERS
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pgcdc.pipeline import Pipeline, PipelineConfig
+    from sinks.sink import Sink
+
+    sink: Sink
+    if args.sink == "kafka":
+        if not args.bootstrap_servers:
+            msg = "--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS)"
+            raise ConfigError(msg)
+        from sinks.kafka import KafkaSink
+
+        sink = KafkaSink(args.bootstrap_servers, topic_prefix=args.topic_prefix)
+    elif args.sink == "jsonl":
+        from sinks.jsonlines import JsonLinesSink
+
+        sink = JsonLinesSink(args.output)
+    else:
+        from sinks.null import NullSink
+
+        sink = NullSink()
+    tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
+    pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
+                                       tables=tables), sink)
+    pipeline.prepare()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        pipeline.run(stop=stop)
+    finally:
+        sink.close()
+    return 0
+
+
+def _spark(args: argparse.Namespace) -> int:
+    from streaming import job
+    from streaming.session import build_session
+
+    master = None if args.master == "none" else args.master
+    spark = build_session("pgcdc-apply", master=master)
+    config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
+                           topic_prefix=args.topic_prefix,
+                           trigger_seconds=None if args.available_now else args.trigger_seconds,
+                           max_offsets_per_trigger=args.max_offsets_per_trigger)
+    query = job.start(spark, config)
+    query.awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

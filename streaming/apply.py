@@ -1,0 +1,192 @@
+"""Applying one micro-batch of change events to Delta tables.
+
+For each source table in the batch (by OID):
+
+1. every event's table version must be in the catalog log, or the batch fails
+   (a missing version is never guessed);
+2. values are cast to the table's newest shape; columns an older version did not
+   have are NULL;
+3. the latest change per key wins, by ``(commit_lsn, ordinal)``;
+4. a truncate removes every older row, and earlier events of the batch;
+5. one MERGE applies the rest, guarded so that an older change never overwrites
+   a newer one: replaying a batch, or an event that arrives twice, leaves the
+   table as it was.  Unchanged TOASTed columns keep their stored value.
+
+Each MERGE runs with Delta's idempotent-write options (an application id tied to
+the query and the batch id), so a batch retried after a driver crash is skipped
+by tables that already committed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from streaming.schema import CatalogLog, TableSpec
+
+log = logging.getLogger(__name__)
+
+COMMIT_LSN = "_pgcdc_commit_lsn"
+ORDINAL = "_pgcdc_ordinal"
+META_COLUMNS = (COMMIT_LSN, ORDINAL)
+
+ENVELOPE_SCHEMA = (
+    "op STRING, before MAP<STRING, STRING>, after MAP<STRING, STRING>, "
+    "unchanged ARRAY<STRING>, "
+    "source STRUCT<commit_lsn: BIGINT, ordinal: BIGINT, table_oid: BIGINT, "
+    "table_version: STRING, schema: STRING, table: STRING>"
+)
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class CatalogMismatchError(Exception):
+    """An event names a table version the catalog log does not hold."""
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_path(lake: str, spec: TableSpec) -> str:
+    return f"{lake.rstrip('/')}/{_SAFE.sub('_', spec.schema)}.{_SAFE.sub('_', spec.name)}"
+
+
+def parse_envelopes(batch: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return batch.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"))\
+        .select("e.*")
+
+
+def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
+    """The table OIDs of the batch; raise if any event's version is unknown."""
+    pairs = events.select("source.table_oid", "source.table_version").distinct().collect()
+    missing = [(r[0], r[1]) for r in pairs if catalog.version(int(r[0]), str(r[1])) is None]
+    if missing:
+        msg = (f"events name table versions missing from the catalog log: {missing}; "
+               "the catalog topic is incomplete or belongs to another topic prefix")
+        raise CatalogMismatchError(msg)
+    return sorted({int(r[0]) for r in pairs})
+
+
+def shape(events: Any, spec: TableSpec) -> Any:
+    """Events of one table, cast to its newest shape, one row per event."""
+    keys = {c.name for c in spec.key_columns}
+    exprs = []
+    for column in spec.columns:
+        text = f"after[{_literal(column.name)}]"
+        if column.name in keys:
+            text = f"coalesce(after[{_literal(column.name)}], before[{_literal(column.name)}])"
+        exprs.append(f"{column.cast(text)} AS {quote(column.name)}")
+    exprs += [
+        "op AS _op",
+        f"source.commit_lsn AS {COMMIT_LSN}",
+        f"source.ordinal AS {ORDINAL}",
+        "coalesce(unchanged, array()) AS _unchanged",
+    ]
+    return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def latest_per_key(rows: Any, spec: TableSpec) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy(*[quote(c.name) for c in spec.key_columns]).orderBy(
+        F.col(COMMIT_LSN).desc(), F.col(ORDINAL).desc())
+    return rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
+
+def ensure_table(spark: Any, path: str, spec: TableSpec) -> Any:
+    """The Delta table at ``path``, created or widened to ``spec``'s columns."""
+    from delta.tables import DeltaTable
+
+    columns = [(c.name, c.spark_type) for c in spec.columns] + [(m, "BIGINT") for m in META_COLUMNS]
+    if not DeltaTable.isDeltaTable(spark, path):
+        ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(path)} ({ddl}) USING DELTA")
+        return DeltaTable.forPath(spark, path)
+    table = DeltaTable.forPath(spark, path)
+    present = set(table.toDF().columns)
+    added = [(n, t) for n, t in columns if n not in present]
+    if added:
+        ddl = ", ".join(f"{quote(n)} {t}" for n, t in added)
+        spark.sql(f"ALTER TABLE delta.{quote(path)} ADD COLUMNS ({ddl})")
+        log.info("added columns %s to %s", [n for n, _ in added], path)
+    return table
+
+
+def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
+                idempotence: tuple[str, int] | None = None) -> int:
+    """MERGE one table's events of a batch; returns how many changes were applied."""
+    path = table_path(lake, spec)
+    target = ensure_table(spark, path, spec)
+    rows = shape(events, spec)
+    truncates = rows.where("_op = 't'").selectExpr(f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p")\
+        .collect()[0]["p"]
+    if truncates is not None:
+        lsn, ordinal = int(truncates[0]), int(truncates[1])
+        target.delete(f"{COMMIT_LSN} < {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} < {ordinal})")
+        rows = rows.where(f"{COMMIT_LSN} > {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} > {ordinal})")
+    latest = latest_per_key(rows.where("_op != 't'"), spec)
+    names = [c.name for c in spec.columns]
+    keys = [c.name for c in spec.key_columns]
+    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+    newer = (f"(s.{COMMIT_LSN} > t.{COMMIT_LSN} OR (s.{COMMIT_LSN} = t.{COMMIT_LSN} "
+             f"AND s.{ORDINAL} > t.{ORDINAL}))")
+    update = {
+        quote(n): f"CASE WHEN array_contains(s._unchanged, {_literal(n)}) THEN t.{quote(n)} "
+                  f"ELSE s.{quote(n)} END"
+        for n in names
+    }
+    update.update({m: f"s.{m}" for m in META_COLUMNS})
+    insert = {quote(n): f"s.{quote(n)}" for n in names}
+    insert.update({m: f"s.{m}" for m in META_COLUMNS})
+    merge = (
+        target.alias("t")
+        .merge(latest.alias("s"), on)
+        .whenMatchedDelete(condition=f"s._op = 'd' AND {newer}")
+        .whenMatchedUpdate(condition=f"s._op != 'd' AND {newer}", set=update)
+        .whenNotMatchedInsert(condition="s._op != 'd'", values=insert)
+    )
+    with _idempotent_write(spark, idempotence):
+        merge.execute()
+    return int(latest.count())
+
+
+@contextmanager
+def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterator[None]:
+    """Delta skips a write whose (txnAppId, txnVersion) the table already committed."""
+    if idempotence is None:
+        yield
+        return
+    app_id, version = idempotence
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, lake: str,
+                app_id: str) -> dict[str, int]:
+    """Apply one micro-batch; returns the changes applied per table."""
+    events = parse_envelopes(batch).persist()
+    try:
+        applied: dict[str, int] = {}
+        for oid in check_versions(events, catalog):
+            spec = catalog.latest(oid)
+            applied[spec.qualified_name] = apply_table(
+                spark, events, spec, lake, idempotence=(app_id, batch_id))
+        return applied
+    finally:
+        events.unpersist()
