@@ -16,6 +16,7 @@ Reference: PostgreSQL's "Logical Replication Message Formats".
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -530,7 +531,7 @@ def _rollback_prepared_msg(r: _Reader, streaming: bool) -> RollbackPrepared:
     return RollbackPrepared(flags, prep_end, rb_end, prep_ts, rb_ts, xid, r.cstring())
 
 
-_PARSERS = {
+_PARSERS: dict[int, Callable[[_Reader, bool], Message]] = {
     ord("B"): _begin_msg,
     ord("C"): _commit_msg,
     ord("O"): _origin_msg,

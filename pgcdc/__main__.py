@@ -1,3 +1,5 @@
-from pgcdc.cli import main
 import sys
+
+from pgcdc.cli import main
+
 sys.exit(main())

@@ -77,7 +77,7 @@ class Workload:
     """A seeded mix of inserts, updates and deletes over the demo tables."""
 
     def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # noqa: S311 - a reproducible workload
         self.customers: list[int] = []
         self.orders: dict[int, int] = {}  # order id -> item lines
         self.next_id = 1
@@ -89,7 +89,8 @@ class Workload:
             if roll < 0.25 or len(self.customers) < 5:
                 cid = self._new_id()
                 conn.execute(
-                    f"INSERT INTO {SCHEMA}.customers (id, name, email, vip) VALUES (%s, %s, %s, %s)",
+                    f"INSERT INTO {SCHEMA}.customers (id, name, email, vip) "
+                    "VALUES (%s, %s, %s, %s)",
                     (cid, f"customer {cid} 'ü'", f"c{cid}@example.com" if cid % 3 else None,
                      rng.random() < 0.1))
                 self.customers.append(cid)

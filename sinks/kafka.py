@@ -20,8 +20,8 @@ import re
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, NewTopic, Producer
+from confluent_kafka.admin import AdminClient
 
 from decoder.change import ChangeEvent
 from pgcdc.errors import TerminalError, TransientError
@@ -70,7 +70,7 @@ class KafkaSink:
         self.prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
-        base = {"bootstrap.servers": bootstrap_servers}
+        base: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
         self._admin = AdminClient(base)
         self._check_reachable()
         config: dict[str, Any] = {
@@ -110,7 +110,8 @@ class KafkaSink:
         remaining = self._producer.flush(60)
         if remaining or errors:
             detail = errors[0] if errors else f"{remaining} messages still queued after 60 s"
-            msg = f"could not publish table version {table.qualified_name}@{table.version}: {detail}"
+            msg = (f"could not publish table version {table.qualified_name}@{table.version}: "
+                   f"{detail}")
             raise KafkaSinkError(msg)
         self._published.add(key)
 
@@ -130,7 +131,8 @@ class KafkaSink:
 
         key = encode_key(event)
         value = encode_value(event, server_name=self.prefix, now_ms=int(time.time() * 1000))
-        headers = [("pgcdc.table_version", event.table.version.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("pgcdc.table_version", event.table.version.encode())]
         while True:
             try:
                 self._producer.produce(topic, key=key, value=value, headers=headers,

@@ -91,6 +91,11 @@ def shape(events: Any, spec: TableSpec) -> Any:
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
 
 
+def _position(lsn: int, ordinal: int, op: str) -> str:
+    """A predicate: the row's (commit_lsn, ordinal) compares ``op`` to the given one."""
+    return f"{COMMIT_LSN} {op} {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} {op} {ordinal})"
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -133,8 +138,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         .collect()[0]["p"]
     if truncates is not None:
         lsn, ordinal = int(truncates[0]), int(truncates[1])
-        target.delete(f"{COMMIT_LSN} < {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} < {ordinal})")
-        rows = rows.where(f"{COMMIT_LSN} > {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} > {ordinal})")
+        target.delete(_position(lsn, ordinal, "<"))
+        rows = rows.where(_position(lsn, ordinal, ">"))
     latest = latest_per_key(rows.where("_op != 't'"), spec)
     names = [c.name for c in spec.columns]
     keys = [c.name for c in spec.key_columns]
