@@ -20,8 +20,8 @@ import re
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, NewTopic, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from decoder.change import ChangeEvent
 from pgcdc.errors import TerminalError, TransientError
