@@ -384,6 +384,7 @@ _S_PREPARE = struct.Struct("!BQQqI")
 _S_BEGIN_PREPARE = struct.Struct("!QQqI")
 _S_ROLLBACK = struct.Struct("!BQQqqI")
 _S_COLUMN = struct.Struct("!Ii")
+_S_ABORT_V4 = struct.Struct("!Qq")
 
 
 def _begin_msg(r: _Reader, streaming: bool) -> Begin:
@@ -500,8 +501,8 @@ def _stream_abort_msg(r: _Reader, streaming: bool) -> StreamAbort:
     subxid = r.u32()
     if r.pos == r.end:
         return StreamAbort(xid, subxid, None, None)
-    abort_lsn = r.u64()
-    return StreamAbort(xid, subxid, abort_lsn, r.u64())
+    abort_lsn, abort_time = r.unpack(_S_ABORT_V4, 16)
+    return StreamAbort(xid, subxid, abort_lsn, abort_time)
 
 
 def _begin_prepare_msg(r: _Reader, streaming: bool) -> BeginPrepare:

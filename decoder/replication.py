@@ -182,9 +182,11 @@ class ReplicationConnection:
                 continue
             raise self._lost(pgconn.get_error_message())
 
-    def send_status(self, written: int, flushed: int, applied: int) -> None:
+    def send_status(self, written: int, flushed: int, applied: int, *,
+                    reply: bool = False) -> None:
+        """Report positions; ``reply`` asks the server for an immediate keepalive."""
         pgconn = self.pgconn
-        payload = standby_status(written, flushed, applied)
+        payload = standby_status(written, flushed, applied, reply=reply)
         try:
             while pgconn.put_copy_data(payload) == 0:
                 self._wait(read=False, timeout=1.0)

@@ -3,7 +3,9 @@
 The order of acknowledgement (sinks/sink.py) happens here, in
 :meth:`Pipeline._send_status`: the flush LSN sent to PostgreSQL is the sink's
 durable LSN and nothing else.  A keepalive's ``wal_end`` may move an idle slot
-forward only when no transaction is open and nothing is in flight.
+forward only when no transaction is open and nothing is in flight; while idle,
+each status update asks the server for such a keepalive, so a slot whose
+publication sees no changes still advances while other tables write WAL.
 """
 
 from __future__ import annotations
@@ -197,4 +199,5 @@ class Pipeline:
             return
         self._last_status = now
         self.progress.durable_lsn = self._flushed
-        stream.send_status(self.progress.received_lsn, self._flushed, self._flushed)
+        # While idle, ask for a keepalive: its wal_end lets an idle slot advance.
+        stream.send_status(self.progress.received_lsn, self._flushed, self._flushed, reply=idle)

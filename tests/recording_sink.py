@@ -1,0 +1,56 @@
+"""A real in-memory sink for tests: it records events and can hold acknowledgements back."""
+
+from __future__ import annotations
+
+import threading
+
+from decoder.change import ChangeEvent
+from snapshot_builder.catalog import TableVersion
+
+
+class RecordingSink:
+    """Durable means "recorded", unless ``hold`` is set: then nothing is durable until release()."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.events: list[ChangeEvent] = []
+        self.tables: list[TableVersion] = []
+        self.ends: list[int] = []
+        self._hold = hold
+        self._durable: int | None = None
+        self._pending: list[int] = []
+        self.received = threading.Event()
+
+    def publish_table(self, table: TableVersion, lsn: int) -> None:
+        self.tables.append(table)
+
+    def write(self, event: ChangeEvent) -> None:
+        self.events.append(event)
+        self.received.set()
+
+    def end_transaction(self, end_lsn: int) -> None:
+        self.ends.append(end_lsn)
+        if self._hold:
+            self._pending.append(end_lsn)
+        else:
+            self._durable = end_lsn
+
+    def release(self) -> None:
+        self._hold = False
+        if self._pending:
+            self._durable = self._pending[-1]
+            self._pending.clear()
+
+    def durable_lsn(self) -> int | None:
+        return self._durable
+
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def poll(self, timeout: float = 0.0) -> None:
+        return None
+
+    def flush(self, timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
