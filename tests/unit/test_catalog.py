@@ -1,0 +1,57 @@
+"""Table versions: identical definitions, identical versions; layout and meta change apart."""
+
+from __future__ import annotations
+
+from decoder.pgoutput import Relation, RelationColumn, Type
+from snapshot_builder.catalog import RelationCatalog
+
+COLS = (RelationColumn(1, "id", 23, -1), RelationColumn(0, "v", 25, -1))
+
+
+def _rel(oid: int = 1, name: str = "t", cols: tuple[RelationColumn, ...] = COLS,
+         identity: str = "d") -> Relation:
+    return Relation(None, oid, "public", name, identity, cols)
+
+
+def test_identical_definitions_identical_versions() -> None:
+    a, _ = RelationCatalog().observe(_rel())
+    b, _ = RelationCatalog().observe(_rel())
+    assert a.version == b.version
+
+
+def test_repeated_relation_is_not_new() -> None:
+    catalog = RelationCatalog()
+    first, new1 = catalog.observe(_rel())
+    second, new2 = catalog.observe(_rel())
+    assert (new1, new2) == (True, False)
+    assert second is first
+
+
+def test_layout_changes_with_columns_meta_with_name() -> None:
+    base, _ = RelationCatalog().observe(_rel())
+    renamed, _ = RelationCatalog().observe(_rel(name="t2"))
+    assert renamed.layout == base.layout and renamed.meta != base.meta
+    widened, _ = RelationCatalog().observe(
+        _rel(cols=(COLS[0], RelationColumn(0, "v", 1043, 14))))
+    assert widened.layout != base.layout
+    reordered, _ = RelationCatalog().observe(_rel(cols=(COLS[1], COLS[0])))
+    assert reordered.layout != base.layout
+    full, _ = RelationCatalog().observe(_rel(identity="f"))
+    assert full.layout == base.layout and full.meta != base.meta
+
+
+def test_identity_is_the_oid() -> None:
+    catalog = RelationCatalog()
+    catalog.observe(_rel(oid=1))
+    recreated, new = catalog.observe(_rel(oid=2))
+    assert new and recreated.oid == 2
+    table = catalog.table(1)
+    assert table is not None and table.oid == 1
+
+
+def test_type_messages_name_custom_types() -> None:
+    catalog = RelationCatalog()
+    catalog.observe_type(Type(None, 90001, "public", "mood"))
+    table, _ = catalog.observe(_rel(cols=(COLS[0], RelationColumn(0, "m", 90001, -1))))
+    assert [c.type_name for c in table.columns] == ["int4", "public.mood"]
+    assert [c.name for c in table.key_columns] == ["id"]
