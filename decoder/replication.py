@@ -88,9 +88,12 @@ def standby_status(written: int, flushed: int, applied: int, *, reply: bool = Fa
 class ReplicationConnection:
     """One walsender connection streaming a logical slot."""
 
-    def __init__(self, dsn: str, *, application_name: str = "pgcdc") -> None:
+    def __init__(self, dsn: str, *, application_name: str = "pgcdc",
+                 extra_options: dict[str, str] | None = None) -> None:
         self.dsn = dsn
         self.application_name = application_name
+        self.options = SESSION_OPTIONS + "".join(
+            f" -c {key}={value}" for key, value in (extra_options or {}).items())
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._streaming = False
 
@@ -100,11 +103,16 @@ class ReplicationConnection:
         try:
             self._conn = psycopg.connect(
                 self.dsn, replication="database", autocommit=True,
-                application_name=self.application_name, options=SESSION_OPTIONS,
+                application_name=self.application_name, options=self.options,
             )
         except psycopg.OperationalError as exc:
             msg = f"cannot open a replication connection: {exc}".strip()
             raise ConnectionLostError(msg) from exc
+
+    @property
+    def server_version(self) -> int:
+        """The server's version number, e.g. 150004."""
+        return int(self.pgconn.server_version)
 
     @property
     def pgconn(self) -> pq.abc.PGconn:

@@ -34,6 +34,7 @@ class SlotInfo:
     confirmed_flush_lsn: int | None
     restart_lsn: int | None
     wal_status: str | None
+    two_phase: bool
 
 
 def check_wal_level(conn: Conn) -> None:
@@ -94,27 +95,30 @@ def check_identity(conn: Conn, publication: str) -> None:
 def slot_info(conn: Conn, slot: str) -> SlotInfo | None:
     row = conn.execute(
         """SELECT slot_name, plugin, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
-                  wal_status
+                  wal_status, two_phase
            FROM pg_replication_slots WHERE slot_name = %s""",
         (slot,),
     ).fetchone()
     if row is None:
         return None
-    name, plugin, pid, confirmed, restart, wal_status = row
+    name, plugin, pid, confirmed, restart, wal_status, two_phase = row
     return SlotInfo(
         str(name), str(plugin), int(pid) if isinstance(pid, int) else None,
         parse_lsn(str(confirmed)) if confirmed else None,
         parse_lsn(str(restart)) if restart else None,
         str(wal_status) if wal_status else None,
+        bool(two_phase),
     )
 
 
-def ensure_slot(conn: Conn, slot: str, *, create: bool) -> SlotInfo:
+def ensure_slot(conn: Conn, slot: str, *, create: bool, two_phase: bool = True) -> SlotInfo:
+    """The slot's state; create it (with two-phase decoding if asked) when allowed."""
     info = slot_info(conn, slot)
     if info is None:
         if not create:
             raise SlotMissingError(slot)
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                     (slot, two_phase))
         log.info("created replication slot %s", slot)
         info = slot_info(conn, slot)
         assert info is not None

@@ -1,11 +1,19 @@
 """The streaming loop: replication slot -> pgoutput -> typed events -> sink -> flush LSN.
 
-The order of acknowledgement (sinks/sink.py) happens here, in
+The order of acknowledgement (sinks/sink.py) happens in
 :meth:`Pipeline._send_status`: the flush LSN sent to PostgreSQL is the sink's
-durable LSN and nothing else.  A keepalive's ``wal_end`` may move an idle slot
-forward only when no transaction is open and nothing is in flight; while idle,
-each status update asks the server for such a keepalive, so a slot whose
-publication sees no changes still advances while other tables write WAL.
+durable LSN and nothing else, capped below any prepared transaction still
+waiting for its COMMIT PREPARED.  A keepalive's ``wal_end`` may move an idle
+slot forward only when no transaction is open, none is pending and nothing is
+in flight; while idle, each status update asks the server for such a keepalive,
+so a slot whose publication sees no changes still advances while other tables
+write WAL.
+
+Protocol: the highest version the server speaks (1 on PostgreSQL 13, 2 on 14,
+3 on 15, 4 on 16+), with ``streaming`` (``parallel`` on v4) and ``messages``;
+``two_phase`` when the slot was created with it.  A lost connection is retried
+with backoff from the durable position; what was in progress is dropped,
+because the server sends it again.
 """
 
 from __future__ import annotations
@@ -20,14 +28,18 @@ import psycopg
 
 from decoder import pgoutput as pg
 from decoder.change import CREATE, DELETE, TRUNCATE, UPDATE, ChangeEvent, RowDecoder
-from decoder.errors import DecodeError
+from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
 from decoder.replication import Keepalive, ReplicationConnection, XLogData
 from decoder.slot import check_identity, check_wal_level, ensure_publication, ensure_slot
+from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from sinks.sink import Sink
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 
 log = logging.getLogger(__name__)
+
+_STREAM_STOP = ord("E")
+_SCHEMA_TAGS = (ord("R"), ord("Y"))
 
 
 @dataclass
@@ -38,7 +50,15 @@ class PipelineConfig:
     tables: list[str] | None = None
     create_slot: bool = True
     create_publication: bool = True
+    two_phase: bool = True  # for a slot pgcdc creates
     status_interval: float = 1.0
+    protocol_version: int | None = None  # None: the highest the server supports
+    streaming: bool = True
+    spill_memory: int = 64 << 20  # bytes of pending transactions kept in memory
+    spill_directory: str | None = None
+    decoding_work_mem: str | None = None  # the walsender's logical_decoding_work_mem
+    reconnect_attempts: int = 10
+    reconnect_max_delay: float = 30.0
 
 
 @dataclass
@@ -47,16 +67,30 @@ class Progress:
     transactions: int = 0
     received_lsn: int = 0
     durable_lsn: int = 0
+    reconnects: int = 0
+    streamed_transactions: int = 0
+    aborted_transactions: int = 0
     by_table: dict[str, int] = field(default_factory=dict)
+
+
+def protocol_for(server_version: int) -> int:
+    """The highest pgoutput protocol version a server supports."""
+    if server_version >= 160000:
+        return 4
+    if server_version >= 150000:
+        return 3
+    if server_version >= 140000:
+        return 2
+    return 1
 
 
 class _OpenTransaction:
     __slots__ = ("xid", "commit_lsn", "commit_time", "ordinal")
 
-    def __init__(self, begin: pg.Begin) -> None:
-        self.xid = begin.xid
-        self.commit_lsn = begin.final_lsn
-        self.commit_time = begin.commit_time
+    def __init__(self, xid: int, commit_lsn: int, commit_time: int) -> None:
+        self.xid = xid
+        self.commit_lsn = commit_lsn
+        self.commit_time = commit_time
         self.ordinal = 0
 
 
@@ -66,11 +100,16 @@ class Pipeline:
         self.sink = sink
         self.catalog = RelationCatalog()
         self.progress = Progress()
+        self.pending = PendingTransactions(memory_limit=config.spill_memory,
+                                           directory=config.spill_directory)
         self._decoders: dict[int, RowDecoder] = {}
         self._txn: _OpenTransaction | None = None
+        self._stream: Spill | None = None  # inside a Stream Start .. Stream Stop block
+        self._preparing: Spill | None = None  # between Begin Prepare and Prepare
         self._keepalive_end = 0
         self._flushed = 0
         self._last_status = 0.0
+        self._two_phase = False
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -81,28 +120,60 @@ class Pipeline:
             check_wal_level(conn)
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
-            info = ensure_slot(conn, cfg.slot, create=cfg.create_slot)
+            info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
+        self._two_phase = info.two_phase
         self._flushed = info.confirmed_flush_lsn or 0
         self.progress.durable_lsn = self._flushed
+
+    def _options(self, server_version: int) -> dict[str, str]:
+        version = self.config.protocol_version or protocol_for(server_version)
+        options = {"proto_version": str(version), "publication_names": self.config.publication}
+        if version >= 2:
+            options["messages"] = "true"
+            if self.config.streaming:
+                options["streaming"] = "parallel" if version >= 4 else "on"
+        if version >= 3 and self._two_phase:
+            options["two_phase"] = "on"
+        return options
 
     # --- the loop -------------------------------------------------------------------------
 
     def run(self, *, stop: threading.Event | None = None, until_lsn: int | None = None,
             on_progress: Callable[[Progress], None] | None = None) -> Progress:
-        """Stream until ``stop`` is set or everything up to ``until_lsn`` is durable."""
+        """Stream until ``stop`` is set or everything up to ``until_lsn`` is durable.
+
+        A lost connection is retried with exponential backoff, from the durable
+        position, up to ``reconnect_attempts`` times in a row.
+        """
         stop = stop or threading.Event()
-        stream = ReplicationConnection(self.config.dsn)
+        failures = 0
+        while True:
+            try:
+                self._session(stop, until_lsn, on_progress)
+                return self.progress
+            except ConnectionLostError as exc:
+                failures += 1
+                if failures > self.config.reconnect_attempts:
+                    raise
+                delay = min(self.config.reconnect_max_delay, 0.5 * 2 ** (failures - 1))
+                log.warning("%s; reconnecting in %.1f s (attempt %d of %d)", exc, delay,
+                            failures, self.config.reconnect_attempts)
+                self._reset_in_progress()
+                self.progress.reconnects += 1
+                if stop.wait(delay):
+                    return self.progress
+
+    def _session(self, stop: threading.Event, until_lsn: int | None,
+                 on_progress: Callable[[Progress], None] | None) -> None:
+        stream = ReplicationConnection(self.config.dsn, extra_options=self._session_settings())
         stream.connect()
         try:
-            stream.start(self.config.slot, 0, {
-                "proto_version": "1",
-                "publication_names": self.config.publication,
-            })
+            stream.start(self.config.slot, self._flushed, self._options(stream.server_version))
             last_report = 0.0
             while not stop.is_set():
                 message = stream.read(timeout=0.1)
                 if isinstance(message, XLogData):
-                    self._handle(pg.parse(message.payload), message)
+                    self._on_data(message)
                     self.progress.received_lsn = max(self.progress.received_lsn, message.wal_end)
                 elif isinstance(message, Keepalive):
                     self._keepalive_end = max(self._keepalive_end, message.wal_end)
@@ -121,34 +192,130 @@ class Pipeline:
             self._send_status(stream, force=True)
         finally:
             stream.close()
-        return self.progress
+
+    def _session_settings(self) -> dict[str, str]:
+        if self.config.decoding_work_mem:
+            return {"logical_decoding_work_mem": self.config.decoding_work_mem}
+        return {}
+
+    def _reset_in_progress(self) -> None:
+        self._txn = None
+        self._stream = None
+        self._preparing = None
+        self.pending.clear()
 
     # --- messages -------------------------------------------------------------------------
 
-    def _handle(self, message: pg.Message, frame: XLogData) -> None:
+    def _on_data(self, frame: XLogData) -> None:
+        payload = frame.payload
+        if self._stream is not None and payload[0] != _STREAM_STOP:
+            self._stream.add(streamed_xid(payload), frame.wal_start, payload)
+            return
+        message = pg.parse(payload)
+        if self._preparing is not None and not isinstance(message, pg.Prepare):
+            self._preparing.add(self._preparing.xid, frame.wal_start, payload)
+            if isinstance(message, pg.Relation | pg.Type):
+                # pgoutput counts a schema sent inside a prepared transaction as sent for
+                # every later transaction, so it describes the table from here on.
+                self._on_meta(message, frame.wal_start)
+            return
         if isinstance(message, pg.Insert | pg.Update | pg.Delete):
             self._change(message, frame.wal_start)
         elif isinstance(message, pg.Begin):
-            self._txn = _OpenTransaction(message)
+            self._txn = _OpenTransaction(message.xid, message.final_lsn, message.commit_time)
         elif isinstance(message, pg.Commit):
-            self.sink.end_transaction(message.end_lsn)
-            self._txn = None
-            self.progress.transactions += 1
-        elif isinstance(message, pg.Relation):
+            self._end(message.end_lsn)
+        elif isinstance(message, pg.StreamStart | pg.StreamStop | pg.StreamCommit | pg.StreamAbort):
+            self._on_stream(message)
+        elif isinstance(message, pg.BeginPrepare | pg.Prepare | pg.StreamPrepare
+                        | pg.CommitPrepared | pg.RollbackPrepared):
+            self._on_two_phase(message)
+        else:
+            self._on_meta(message, frame.wal_start)
+
+    def _on_meta(self, message: pg.Message, lsn: int) -> None:
+        """Relation, Type, Truncate, Origin and logical messages, streamed or not."""
+        if isinstance(message, pg.Relation):
             table, new = self.catalog.observe(message)
             if new or message.oid not in self._decoders:
-                self.sink.publish_table(table, frame.wal_start)
+                self.sink.publish_table(table, lsn)
                 self._decoders[message.oid] = RowDecoder(table)
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
-                self._emit(TRUNCATE, self._table(oid), None, None, (), frame.wal_start)
+                self._emit(TRUNCATE, self._table(oid), None, None, (), lsn)
         elif isinstance(message, pg.Type):
             self.catalog.observe_type(message)
         elif isinstance(message, pg.Origin | pg.LogicalMessage):
-            log.debug("ignoring %s at %s", type(message).__name__, format_lsn(frame.wal_start))
+            log.debug("passing over %s at %s", type(message).__name__, format_lsn(lsn))
+        elif isinstance(message, pg.Insert | pg.Update | pg.Delete):
+            self._change(message, lsn)
         else:
-            msg = f"{type(message).__name__} was not negotiated (protocol version 1)"
-            raise DecodeError(msg, tag=chr(frame.payload[0]), offset=0)
+            msg = f"unexpected {type(message).__name__} inside a transaction"
+            raise DecodeError(msg, tag=None, offset=0)
+
+    def _on_stream(self, message: pg.StreamStart | pg.StreamStop | pg.StreamCommit
+                   | pg.StreamAbort) -> None:
+        if isinstance(message, pg.StreamStart):
+            self._stream = self.pending.stream(message.xid)
+        elif isinstance(message, pg.StreamStop):
+            self._stream = None
+        elif isinstance(message, pg.StreamCommit):
+            spill = self.pending.streamed.pop(message.xid, None)
+            self.progress.streamed_transactions += 1
+            self._replay(spill, message.xid, message.commit_lsn, message.commit_time,
+                         message.end_lsn)
+        else:
+            spill = self.pending.streamed.get(message.xid)
+            if spill is None:
+                return
+            if message.subxid == message.xid:
+                spill.discard()
+                del self.pending.streamed[message.xid]
+                self.progress.aborted_transactions += 1
+            else:
+                spill.abort_subtransaction(message.subxid)
+
+    def _on_two_phase(self, message: pg.BeginPrepare | pg.Prepare | pg.StreamPrepare
+                      | pg.CommitPrepared | pg.RollbackPrepared) -> None:
+        if isinstance(message, pg.BeginPrepare):
+            self._preparing = self.pending.new_prepared(message.xid)
+        elif isinstance(message, pg.Prepare):
+            spill, self._preparing = self._preparing, None
+            if spill is not None:
+                self.pending.prepared[message.gid] = (spill, message.prepare_lsn)
+        elif isinstance(message, pg.StreamPrepare):
+            streamed = self.pending.streamed.pop(message.xid, None)
+            if streamed is not None:
+                self.pending.prepared[message.gid] = (streamed, message.prepare_lsn)
+                for lsn, payload in streamed.replay():  # the schemas count as sent now
+                    if payload[0] in _SCHEMA_TAGS:
+                        self._on_meta(pg.parse(payload, streaming=True), lsn)
+        elif isinstance(message, pg.CommitPrepared):
+            entry = self.pending.prepared.pop(message.gid, None)
+            self._replay(entry[0] if entry else None, message.xid, message.commit_lsn,
+                         message.commit_time, message.end_lsn)
+        else:
+            entry = self.pending.prepared.pop(message.gid, None)
+            if entry is not None:
+                entry[0].discard()
+            self.progress.aborted_transactions += 1
+
+    def _replay(self, spill: Spill | None, xid: int, commit_lsn: int, commit_time: int,
+                end_lsn: int) -> None:
+        """Emit a transaction that was kept until its commit, then close it."""
+        self._txn = _OpenTransaction(xid, commit_lsn, commit_time)
+        if spill is not None:
+            try:
+                for lsn, payload in spill.replay():
+                    self._on_meta(pg.parse(payload, streaming=spill.streaming), lsn)
+            finally:
+                spill.discard()
+        self._end(end_lsn)
+
+    def _end(self, end_lsn: int) -> None:
+        self.sink.end_transaction(end_lsn)
+        self._txn = None
+        self.progress.transactions += 1
 
     def _table(self, oid: int) -> TableVersion:
         table = self.catalog.table(oid)
@@ -188,12 +355,18 @@ class Pipeline:
 
     def _send_status(self, stream: ReplicationConnection, *, force: bool = False) -> None:
         """Step 3 of the acknowledgement order: flush only what the sink made durable."""
+        candidate = self._flushed
         durable = self.sink.durable_lsn()
-        if durable is not None and durable > self._flushed:
-            self._flushed = durable
-        idle = self._txn is None and self.sink.in_flight() == 0
-        if idle and self._keepalive_end > self._flushed:
-            self._flushed = self._keepalive_end
+        if durable is not None:
+            candidate = max(candidate, durable)
+        idle = (self._txn is None and self._stream is None and self._preparing is None
+                and not self.pending and self.sink.in_flight() == 0)
+        if idle:
+            candidate = max(candidate, self._keepalive_end)
+        hold = self.pending.hold_lsn()
+        if hold is not None:
+            candidate = min(candidate, hold)
+        self._flushed = max(self._flushed, candidate)
         now = time.monotonic()
         if not force and now - self._last_status < self.config.status_interval:
             return

@@ -120,6 +120,7 @@ class PostgresServer:
             "max_wal_senders": "20",
             "max_replication_slots": "20",
             "max_connections": "100",
+            "max_prepared_transactions": "10",
             "logical_decoding_work_mem": "64MB",
             "log_min_messages": "warning",
         }

@@ -1,0 +1,156 @@
+"""Transactions whose changes arrive before their commit: streamed and prepared ones.
+
+With ``streaming`` on, PostgreSQL sends a large transaction in chunks while it
+is still running; with ``two_phase`` on, it sends a prepared transaction at
+PREPARE time.  Neither may reach a sink before it commits.  A :class:`Spill`
+keeps such a transaction's raw pgoutput messages, in order, in memory up to a
+bound and in a temporary file past it, so memory stays bounded whatever the
+transaction's size.  Raw messages (not decoded events) are kept so that a
+Relation message inside the transaction is replayed at its exact place.
+
+A rolled-back subtransaction's messages are skipped at replay; an aborted or
+rolled-back transaction is discarded whole.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from decoder.errors import DecodeError
+
+_RECORD = struct.Struct("!IQI")  # subxid, lsn, payload length
+_XID = struct.Struct("!I")
+
+
+def streamed_xid(payload: bytes) -> int:
+    """The (sub)transaction id a data message inside a streamed block starts with."""
+    if len(payload) < 5:
+        msg = "streamed message without its xid"
+        raise DecodeError(msg, tag=chr(payload[0]) if payload else None, offset=len(payload))
+    return int(_XID.unpack_from(payload, 1)[0])
+
+
+class Spill:
+    """The raw messages of one not-yet-committed transaction."""
+
+    def __init__(self, xid: int, *, streaming: bool, memory_limit: int,
+                 directory: str | None = None) -> None:
+        self.xid = xid
+        self.streaming = streaming  # were the messages sent inside a streamed block?
+        self.first_lsn: int | None = None
+        self._memory_limit = memory_limit
+        self._directory = directory
+        self._memory: list[tuple[int, int, bytes]] = []
+        self._memory_bytes = 0
+        self._file: BinaryIO | None = None
+        self._path: str | None = None
+        self._aborted: set[int] = set()
+        self.count = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._memory_bytes
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def add(self, subxid: int, lsn: int, payload: bytes) -> None:
+        if self.first_lsn is None:
+            self.first_lsn = lsn
+        self.count += 1
+        if self._file is None and self._memory_bytes + len(payload) <= self._memory_limit:
+            self._memory.append((subxid, lsn, payload))
+            self._memory_bytes += len(payload) + 64
+            return
+        if self._file is None:
+            self._open_file()
+        assert self._file is not None
+        self._file.write(_RECORD.pack(subxid, lsn, len(payload)))
+        self._file.write(payload)
+
+    def abort_subtransaction(self, subxid: int) -> None:
+        self._aborted.add(subxid)
+
+    def replay(self) -> Iterator[tuple[int, bytes]]:
+        """``(lsn, payload)`` of every message not rolled back, in arrival order."""
+        aborted = self._aborted
+        for subxid, lsn, payload in self._memory:
+            if subxid not in aborted:
+                yield lsn, payload
+        if self._file is None:
+            return
+        self._file.flush()
+        self._file.seek(0)
+        read = self._file.read
+        while header := read(_RECORD.size):
+            subxid, lsn, length = _RECORD.unpack(header)
+            payload = read(length)
+            if subxid not in aborted:
+                yield lsn, payload
+
+    def discard(self) -> None:
+        self._memory.clear()
+        self._memory_bytes = 0
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._path is not None:
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
+            self._path = None
+
+    def _open_file(self) -> None:
+        fd, self._path = tempfile.mkstemp(prefix=f"pgcdc-xid{self.xid}-", suffix=".spill",
+                                          dir=self._directory)
+        self._file = os.fdopen(fd, "w+b")
+
+
+class PendingTransactions:
+    """Every streamed transaction in progress and every prepared one awaiting its outcome."""
+
+    def __init__(self, *, memory_limit: int, directory: str | None = None) -> None:
+        self.memory_limit = memory_limit
+        self.directory = directory
+        self.streamed: dict[int, Spill] = {}
+        self.prepared: dict[str, tuple[Spill, int]] = {}  # gid -> (spill, prepare LSN)
+
+    def stream(self, xid: int) -> Spill:
+        spill = self.streamed.get(xid)
+        if spill is None:
+            spill = Spill(xid, streaming=True, memory_limit=self.memory_limit,
+                          directory=self.directory)
+            self.streamed[xid] = spill
+        return spill
+
+    def new_prepared(self, xid: int) -> Spill:
+        return Spill(xid, streaming=False, memory_limit=self.memory_limit,
+                     directory=self.directory)
+
+    def hold_lsn(self) -> int | None:
+        """The flush LSN must not pass this while a prepared transaction awaits its outcome:
+        PostgreSQL resends a prepared transaction only if its PREPARE is not confirmed."""
+        return min((lsn for _, lsn in self.prepared.values()), default=None)
+
+    @property
+    def buffered_bytes(self) -> int:
+        spills = list(self.streamed.values()) + [s for s, _ in self.prepared.values()]
+        return sum(s.buffered_bytes for s in spills)
+
+    def __bool__(self) -> bool:
+        return bool(self.streamed or self.prepared)
+
+    def clear(self) -> None:
+        """Forget everything (after a reconnect the server sends it all again)."""
+        for spill in self.streamed.values():
+            spill.discard()
+        for spill, _ in self.prepared.values():
+            spill.discard()
+        self.streamed.clear()
+        self.prepared.clear()
