@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
     run.add_argument("--output", default=_env("OUTPUT", "-"),
                      help="file for --sink jsonl (default stdout)")
+    run.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
+                     help="where the durable position is stored and checked against the slot "
+                          "at start (default ~/.local/state/pgcdc/<slot>.json)")
 
     spark = sub.add_parser("spark", help="apply the change topics to Delta tables "
                                          "(Spark Structured Streaming)")
@@ -131,8 +134,10 @@ def _run(args: argparse.Namespace) -> int:
 
         sink = NullSink()
     tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
+    progress_file = args.progress_file or (
+        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.json")
     pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
-                                       tables=tables), sink)
+                                       tables=tables, progress_file=Path(progress_file)), sink)
     pipeline.prepare()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

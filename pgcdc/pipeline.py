@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
@@ -31,8 +32,16 @@ from decoder.change import CREATE, DELETE, TRUNCATE, UPDATE, ChangeEvent, RowDec
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
 from decoder.replication import Keepalive, ReplicationConnection, XLogData
-from decoder.slot import check_identity, check_wal_level, ensure_publication, ensure_slot
+from decoder.slot import (
+    check_identity,
+    check_wal_level,
+    ensure_publication,
+    ensure_slot,
+    slot_info,
+)
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
+from pgcdc import failpoints
+from pgcdc.progress import ProgressStore, StoredProgress, check_against_slot
 from sinks.sink import Sink
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 
@@ -59,6 +68,7 @@ class PipelineConfig:
     decoding_work_mem: str | None = None  # the walsender's logical_decoding_work_mem
     reconnect_attempts: int = 10
     reconnect_max_delay: float = 30.0
+    progress_file: Path | None = None  # where the durable position is stored; None: nowhere
 
 
 @dataclass
@@ -110,20 +120,40 @@ class Pipeline:
         self._flushed = 0
         self._last_status = 0.0
         self._two_phase = False
+        self._store = ProgressStore(config.progress_file) if config.progress_file else None
+        self._identity: tuple[str, str] = ("", "")
+        self._stored = -1
 
     # --- set-up ---------------------------------------------------------------------------
 
     def prepare(self) -> None:
         """Check the server and create the publication and slot as configured."""
         cfg = self.config
+        self._identity = self._identify()
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
+            if self._store is not None:
+                stored = self._store.load()
+                check_against_slot(stored, slot_info(conn, cfg.slot), slot_name=cfg.slot,
+                                   system_identifier=self._identity[0],
+                                   database=self._identity[1], path=self._store.path)
+                self._stored = stored.durable_lsn if stored else -1
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
         self._two_phase = info.two_phase
         self._flushed = info.confirmed_flush_lsn or 0
         self.progress.durable_lsn = self._flushed
+
+    def _identify(self) -> tuple[str, str]:
+        """The system identifier and database name, from IDENTIFY_SYSTEM."""
+        stream = ReplicationConnection(self.config.dsn)
+        stream.connect()
+        try:
+            system_id, _timeline, _lsn, dbname = stream.command("IDENTIFY_SYSTEM")[0]
+        finally:
+            stream.close()
+        return str(system_id), str(dbname)
 
     def _options(self, server_version: int) -> dict[str, str]:
         version = self.config.protocol_version or protocol_for(server_version)
@@ -327,6 +357,7 @@ class Pipeline:
     def _change(self, message: pg.Insert | pg.Update | pg.Delete, lsn: int) -> None:
         table = self._table(message.relation_oid)
         decoder = self._decoders[message.relation_oid]
+        failpoints.hit("after_decode")
         if isinstance(message, pg.Insert):
             after, unchanged = decoder.decode(message.new)
             self._emit(CREATE, table, None, after, unchanged, lsn)
@@ -372,5 +403,12 @@ class Pipeline:
             return
         self._last_status = now
         self.progress.durable_lsn = self._flushed
+        if self._store is not None and self._flushed > self._stored:
+            failpoints.hit("before_progress_store")
+            system_id, database = self._identity
+            self._store.save(StoredProgress(self.config.slot, system_id, database, self._flushed))
+            self._stored = self._flushed
+            failpoints.hit("after_progress_store")
         # While idle, ask for a keepalive: its wal_end lets an idle slot advance.
         stream.send_status(self.progress.received_lsn, self._flushed, self._flushed, reply=idle)
+        failpoints.hit("after_status_update")

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from decoder.change import ChangeEvent
+from pgcdc import failpoints
 from pgcdc.errors import TerminalError, TransientError
 from sinks.acks import AckTracker
 from sinks.envelope import encode_key, encode_value
@@ -125,7 +126,9 @@ class KafkaSink:
 
         def delivered(err: KafkaError | None, _msg: object) -> None:
             if err is None:
+                failpoints.hit("before_delivery_ack")
                 tracker.acked(handle)
+                failpoints.hit("after_delivery_ack")
             else:
                 tracker.failed(KafkaException(err))
 
@@ -137,6 +140,7 @@ class KafkaSink:
             try:
                 self._producer.produce(topic, key=key, value=value, headers=headers,
                                        on_delivery=delivered)
+                failpoints.hit("after_produce")
                 return
             except BufferError:
                 self._producer.poll(0.05)

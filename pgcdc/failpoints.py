@@ -1,0 +1,52 @@
+"""Named fail points for deterministic crash tests (TESTING.md T3).
+
+``PGCDC_FAIL_POINT=name`` (or ``name:N`` for the N-th time it is reached) makes the
+process exit hard with :data:`EXIT_CODE` at that point, through ``os._exit``: no
+cleanup, no flush, exactly like a crash.  Unset, :func:`hit` costs one test of
+an empty tuple.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Final
+
+EXIT_CODE: Final = 77
+
+# every fail point pgcdc has, in the order a change passes them
+POINTS: Final = (
+    "after_decode",  # a change is decoded, nothing produced yet
+    "after_produce",  # handed to the producer, not acknowledged
+    "before_delivery_ack",  # Kafka acknowledged, the tracker not yet told
+    "after_delivery_ack",  # the tracker counted the acknowledgement
+    "before_progress_store",  # durable in Kafka, progress not stored
+    "after_progress_store",  # progress stored, PostgreSQL not yet told
+    "after_status_update",  # the flush LSN was sent to PostgreSQL
+)
+
+
+def _parse(spec: str) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    if name not in POINTS:
+        msg = f"PGCDC_FAIL_POINT={spec!r}: unknown fail point; known: {', '.join(POINTS)}"
+        raise ValueError(msg)
+    return name, int(count or 1)
+
+
+_ACTIVE = _parse(os.environ.get("PGCDC_FAIL_POINT", ""))
+_hits = 0
+
+
+def hit(name: str) -> None:
+    """Exit hard here if this fail point is armed (and reached its count)."""
+    global _hits
+    if _ACTIVE is None or _ACTIVE[0] != name:
+        return
+    _hits += 1
+    if _hits >= _ACTIVE[1]:
+        sys.stderr.write(f"pgcdc: fail point {name} reached, exiting\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)

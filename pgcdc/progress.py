@@ -1,0 +1,95 @@
+"""Stored progress: the durable position, kept where a restart finds it, checked against the slot.
+
+Order of acknowledgement: sink durable -> **progress stored** (here, fsynced and
+renamed into place) -> flush LSN sent to PostgreSQL.  So stored progress is
+never behind the slot's ``confirmed_flush_lsn``.  If it is, someone moved or
+recreated the slot and changes between the two positions were never delivered:
+that is data loss, and :func:`check_against_slot` says so instead of silently
+streaming on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from decoder.lsn import format_lsn
+from decoder.slot import SlotInfo
+from pgcdc.errors import TerminalError
+
+
+class DataLossError(TerminalError):
+    """The slot is ahead of what pgcdc made durable, or gone."""
+
+
+class SlotLostError(DataLossError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredProgress:
+    slot: str
+    system_identifier: str
+    database: str
+    durable_lsn: int
+    format: int = 1
+
+
+class ProgressStore:
+    """One JSON file, replaced atomically (write, fsync, rename, fsync the folder)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> StoredProgress | None:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        return StoredProgress(**data)
+
+    def save(self, progress: StoredProgress) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".progress-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(asdict(progress), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def check_against_slot(stored: StoredProgress | None, slot: SlotInfo | None, *, slot_name: str,
+                       system_identifier: str, database: str, path: Path) -> None:
+    """Raise :class:`DataLossError` if streaming on would skip changes."""
+    if stored is None:
+        return
+    fix = (f"re-snapshot the affected tables, then remove {path} to accept the gap "
+           "and start over")
+    if stored.system_identifier != system_identifier or stored.database != database:
+        msg = (f"stored progress in {path} belongs to database {stored.database!r} of system "
+               f"{stored.system_identifier}, not {database!r} of {system_identifier}: "
+               "point --progress-file elsewhere for this source")
+        raise DataLossError(msg)
+    if slot is None:
+        msg = (f'replication slot "{slot_name}" is gone but pgcdc had streamed from it up to '
+               f"{format_lsn(stored.durable_lsn)}: changes since then are lost; {fix}")
+        raise SlotLostError(msg)
+    if slot.wal_status == "lost":
+        msg = (f'replication slot "{slot_name}" was invalidated (wal_status lost, '
+               f"max_slot_wal_keep_size exceeded): the WAL after "
+               f"{format_lsn(stored.durable_lsn)} is gone; {fix}")
+        raise SlotLostError(msg)
+    confirmed = slot.confirmed_flush_lsn or 0
+    if confirmed > stored.durable_lsn:
+        msg = (f'replication slot "{slot_name}" is at {format_lsn(confirmed)} but pgcdc made '
+               f"only {format_lsn(stored.durable_lsn)} durable: the slot was advanced or "
+               f"recreated by someone else and the changes in between are lost; {fix}")
+        raise DataLossError(msg)
