@@ -3,7 +3,7 @@
 One throwaway PostgreSQL (``pgcdc.services.postgres``) and, for (c), one
 throwaway Kafka broker (``pgcdc.services.kafka``).  Before the workload is
 written, one pgoutput slot per measurement is created at the same starting
-point (the first by :meth:`Pipeline.prepare`, the others with
+point (the first with ``pg_create_logical_replication_slot``, the others with
 ``pg_copy_logical_replication_slot``), so every consumer decodes exactly the
 same WAL.  The workload, generated server-side (ids are contiguous):
 
@@ -22,9 +22,17 @@ jsonb, int[] and enum columns.  Then, one after the other:
     (``Pipeline.run(until_lsn=end)``);
 (c) pgcdc into Kafka (:class:`KafkaSink`) until everything is durable.
 
+Every consumer asks for the same pgoutput options, so the walsender does the
+same work for each: ``--protocol 1`` (the default) is ``proto_version=1`` and
+the publication, as the issue specifies for (a), and pgcdc is configured to
+match (``protocol_version=1``, no streaming); ``--protocol native`` gives all
+three what pgcdc negotiates by itself (the highest version the server speaks,
+``streaming`` and ``messages``).
+
 (b) and (c) each run in a child process (``--worker``) that reports its own
 peak RSS (``VmHWM``, see :func:`peak_rss_kb`), CPU time (``getrusage``) and the
-wall time of ``Pipeline.run``; (a) is timed from process start to exit.
+wall time of ``Pipeline.run``; (a) is timed from process start to exit.  The
+CPU time of the server's walsender is sampled from /proc for each measurement.
 Nothing is asserted about timings: the script measures, prints a table and a
 Markdown snippet, and says which of the issue's targets are met.
 
@@ -33,7 +41,9 @@ From the repository root::
     python -m bench.decoder_bench                  # full scale: 1,450,000 events
     python -m bench.decoder_bench --scale 0.1      # a quick run
     python -m bench.decoder_bench --only a,b       # without Kafka
-    python -m bench.decoder_bench --only b --scale 0.1 --profile /tmp/b.prof   # cProfile (b)
+    python -m bench.decoder_bench --protocol native   # pgcdc's own protocol choice
+    python -m bench.decoder_bench --only b --scale 0.2 --profile /tmp/b.prof   # cProfile (b)
+    python -m bench.decoder_bench --only b --scale 0.2 --profile /tmp/b.txt --profiler pyinstrument
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -52,7 +64,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +79,7 @@ from sinks.null import NullSink
 log = logging.getLogger("bench.decoder_bench")
 
 REPO = Path(__file__).resolve().parent.parent
+SOURCE_DIRS = ("decoder", "pgcdc", "sinks", "snapshot_builder")
 
 SCHEMA = "bench"
 TABLE = f"{SCHEMA}.items"
@@ -129,6 +142,7 @@ BEGIN
     END LOOP;
 END
 $$;
+CREATE PUBLICATION bench_pub FOR TABLE bench.items;
 """
 
 
@@ -154,7 +168,12 @@ class Result:
     seconds: float
     events: int
     cpu_seconds: float  # user + system of the consumer process
-    peak_rss_mb: float
+    peak_rss_mb: float  # of the consumer process
+    walsender_cpu_seconds: float = 0.0  # user + system of the server's walsender
+    first_event_seconds: float | None = None  # when pgcdc saw its first event
+    decoded_mb: float = 0.0  # pg_stat_replication_slots.total_bytes of the slot
+    spilled_mb: float = 0.0  # pg_stat_replication_slots.spill_bytes of the slot
+    streamed_mb: float = 0.0  # pg_stat_replication_slots.stream_bytes of the slot
     profiled: bool = False
 
     @property
@@ -167,6 +186,7 @@ class Setup:
     start_lsn: int
     end_lsn: int
     load_seconds: dict[str, float]
+    options: dict[str, str] = field(default_factory=dict)  # pgoutput options of every consumer
 
     @property
     def wal_mb(self) -> float:
@@ -178,13 +198,11 @@ class Setup:
 
 def prepare_and_load(dsn: str, keys: list[str], workload: Workload) -> Setup:
     """Schema, publication, one slot per measurement at one starting point, then the workload."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(DDL)
-    first = SLOTS[keys[0]]
-    Pipeline(PipelineConfig(dsn, slot=first, publication=PUBLICATION, tables=[TABLE]),
-             NullSink()).prepare()
     timings: dict[str, float] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        first = SLOTS[keys[0]]
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (first,))
         for key in keys[1:]:
             conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (first, SLOTS[key]))
         rows = conn.execute(
@@ -220,6 +238,88 @@ def prepare_and_load(dsn: str, keys: list[str], workload: Workload) -> Setup:
     return Setup(start_lsn, end_lsn, timings)
 
 
+def consumer_options(protocol: str, server_version: int) -> dict[str, str]:
+    """The pgoutput options all three consumers send.
+
+    ``native`` asks the pipeline itself which options it would send to this server, so
+    (a) gets exactly what (b) and (c) negotiate.
+    """
+    if protocol != "native":
+        return {"proto_version": protocol, "publication_names": PUBLICATION}
+    pipeline = Pipeline(PipelineConfig("", publication=PUBLICATION), NullSink())
+    options = getattr(pipeline, "_options", None)  # absent from pgcdc versions speaking only v1
+    if options is None:
+        return {"proto_version": "1", "publication_names": PUBLICATION}
+    return dict(options(server_version))
+
+
+# --- the server's side ----------------------------------------------------------------------
+
+
+class WalsenderCpu:
+    """CPU seconds of the walsenders that run during a measurement, sampled from /proc."""
+
+    def __init__(self, server: PostgresServer, interval: float = 0.2) -> None:
+        pid_file = server.datadir / "postmaster.pid"
+        self._postmaster = int(pid_file.read_text().split()[0])
+        self._interval = interval
+        self._ticks = os.sysconf("SC_CLK_TCK")
+        self._seen: dict[int, float] = {}
+        self._before: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._seen.values())
+
+    def __enter__(self) -> WalsenderCpu:
+        self._before = set(self._sample())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            for pid, cpu in self._sample().items():
+                if pid not in self._before:
+                    self._seen[pid] = max(cpu, self._seen.get(pid, 0.0))
+            if self._stop.wait(self._interval):
+                return
+
+    def _sample(self) -> dict[int, float]:
+        found: dict[int, float] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[1]) != self._postmaster:
+                    continue
+                if b"walsender" not in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    continue
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            found[int(entry)] = (int(fields[11]) + int(fields[12])) / self._ticks
+        return found
+
+
+def slot_stats(dsn: str, slot: str) -> tuple[float, float, float]:
+    """(decoded, spilled, streamed) MiB of a slot: equal for every slot doing the same work."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT total_bytes, spill_bytes, stream_bytes "
+                           "FROM pg_stat_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()
+    if row is None:
+        return 0.0, 0.0, 0.0
+    decoded, spilled, streamed = (int(str(v)) / 2**20 for v in row)
+    return decoded, spilled, streamed
+
+
 # --- the measurements -----------------------------------------------------------------------
 
 
@@ -237,24 +337,27 @@ def recvlogical_binary(server: PostgresServer) -> str:
 def measure_recvlogical(server: PostgresServer, setup: Setup, workload: Workload) -> Result:
     argv = [recvlogical_binary(server), "--dbname", server.dsn(), "--slot", SLOTS["a"],
             "--start", "--no-loop", "--endpos", format_lsn(setup.end_lsn),
-            "--file", "/dev/null", "--fsync-interval", "0",
-            "--option", "proto_version=1", "--option", f"publication_names={PUBLICATION}"]
+            "--file", "/dev/null", "--fsync-interval", "0"]
+    for name, value in setup.options.items():
+        argv += ["--option", f"{name}={value}"]
     log.info("(a) %s", " ".join(argv))
-    began = time.perf_counter()
-    proc = subprocess.Popen(argv)
-    peak_kb = 0
-    while True:  # poll the child's VmHWM until it exits, then reap it with its rusage
-        peak_kb = max(peak_kb, peak_rss_kb(proc.pid) or 0)
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
-            break
-        time.sleep(0.02)
-    seconds = time.perf_counter() - began
+    with WalsenderCpu(server) as walsender:
+        began = time.perf_counter()
+        proc = subprocess.Popen(argv)
+        peak_kb = 0
+        while True:  # poll the child's VmHWM until it exits, then reap it with its rusage
+            peak_kb = max(peak_kb, peak_rss_kb(proc.pid) or 0)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            time.sleep(0.02)
+        seconds = time.perf_counter() - began
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         msg = f"pg_recvlogical exited with {proc.returncode}"
         raise RuntimeError(msg)
-    return Result("a", seconds, workload.events, usage.ru_utime + usage.ru_stime, peak_kb / 1024)
+    return Result("a", seconds, workload.events, usage.ru_utime + usage.ru_stime, peak_kb / 1024,
+                  walsender.seconds)
 
 
 def peak_rss_kb(pid: int | str = "self") -> int | None:
@@ -275,26 +378,41 @@ def peak_rss_kb(pid: int | str = "self") -> int | None:
 
 
 def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Workload, *,
-                  bootstrap_servers: str | None, profile: str | None, timeout: float) -> Result:
+                  protocol: str, bootstrap_servers: str | None, profile: str | None,
+                  profiler: str, timeout: float) -> Result:
     argv = [sys.executable, "-m", "bench.decoder_bench", "--worker", key, "--dsn", server.dsn(),
-            "--slot", SLOTS[key], "--until", format_lsn(setup.end_lsn),
+            "--slot", SLOTS[key], "--until", format_lsn(setup.end_lsn), "--protocol", protocol,
             "--expect-events", str(workload.events), "--timeout", str(timeout)]
     if bootstrap_servers:
         argv += ["--bootstrap-servers", bootstrap_servers]
     if profile:
-        argv += ["--profile", profile]
+        argv += ["--profile", profile, "--profiler", profiler]
     log.info("(%s) %s", key, " ".join(argv))
-    done = subprocess.run(argv, cwd=REPO, stdout=subprocess.PIPE, text=True, check=False)
+    with WalsenderCpu(server) as walsender:
+        done = subprocess.run(argv, cwd=REPO, stdout=subprocess.PIPE, text=True, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         msg = f"worker ({key}) failed with exit status {done.returncode}: {done.stdout[-2000:]}"
         raise RuntimeError(msg)
     report = json.loads(lines[-1])
     return Result(key, report["seconds"], report["events"], report["cpu_seconds"],
-                  report["peak_rss_mb"], profiled=bool(profile))
+                  report["peak_rss_mb"], walsender.seconds, report["first_event_seconds"],
+                  profiled=bool(profile))
 
 
 # --- the worker (one child process per pgcdc measurement) -----------------------------------
+
+
+def worker_config(args: argparse.Namespace) -> PipelineConfig:
+    wanted: dict[str, Any] = {"slot": args.slot, "publication": PUBLICATION, "tables": [TABLE],
+                              "create_slot": False, "create_publication": False}
+    if args.protocol != "native":
+        wanted.update(protocol_version=int(args.protocol), streaming=False)
+    known = {f.name for f in dataclasses.fields(PipelineConfig)}
+    missing = sorted(set(wanted) - known)
+    if missing:
+        log.warning("PipelineConfig has no %s: left to pgcdc", ", ".join(missing))
+    return PipelineConfig(args.dsn, **{k: v for k, v in wanted.items() if k in known})
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -305,30 +423,28 @@ def run_worker(args: argparse.Namespace) -> int:
         sink: Any = KafkaSink(args.bootstrap_servers, topic_prefix=TOPIC_PREFIX)
     else:
         sink = NullSink()
-    config = PipelineConfig(args.dsn, slot=args.slot, publication=PUBLICATION, tables=[TABLE],
-                            create_slot=False, create_publication=False)
-    pipeline = Pipeline(config, sink)
+    pipeline = Pipeline(worker_config(args), sink)
     pipeline.prepare()
     stop = threading.Event()
     guard = threading.Timer(args.timeout, stop.set)  # a hang guard, not a timing assertion
     guard.daemon = True
     guard.start()
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = Profiling(args.profiler, args.profile) if args.profile else None
     began = time.perf_counter()
+    first_event = watch_first_event(pipeline, began)
     if profiler is not None:
-        profiler.enable()
+        profiler.start()
     try:
         progress = pipeline.run(stop=stop, until_lsn=until)
     finally:
         if profiler is not None:
-            profiler.disable()
+            profiler.stop()
     seconds = time.perf_counter() - began
     guard.cancel()
     sink.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     if profiler is not None:
-        profiler.dump_stats(args.profile)
-        print(profile_summary(pstats.Stats(profiler), seconds), file=sys.stderr)
+        print(profiler.save(seconds), file=sys.stderr)
     report = {
         "seconds": seconds,
         "events": progress.events,
@@ -336,6 +452,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "durable_lsn": format_lsn(progress.durable_lsn),
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "peak_rss_mb": (peak_rss_kb() or usage.ru_maxrss) / 1024,
+        "first_event_seconds": first_event.get("seconds"),
     }
     print(json.dumps(report))
     if progress.durable_lsn < until:
@@ -349,15 +466,71 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def profile_summary(stats: pstats.Stats, total: float, *, top: int = 25) -> str:
+def watch_first_event(pipeline: Pipeline, began: float) -> dict[str, float]:
+    """When the first event arrives, from a thread that polls the counter (the loop is untouched).
+
+    With protocol 1 the server sends a transaction only once it has decoded all of it, so
+    this is how long the consumer waited for the 1,000,000-row transaction.
+    """
+    seen: dict[str, float] = {}
+
+    def poll() -> None:
+        while pipeline.progress.events == 0:
+            time.sleep(0.005)
+        seen["seconds"] = time.perf_counter() - began
+
+    threading.Thread(target=poll, daemon=True).start()
+    return seen
+
+
+class Profiling:
+    """cProfile (deterministic, slows every call) or pyinstrument (sampling, if installed)."""
+
+    def __init__(self, kind: str, path: str) -> None:
+        self.kind = kind
+        self.path = path
+        self._profiler: Any
+        if kind == "pyinstrument":
+            from pyinstrument import Profiler
+
+            self._profiler = Profiler(interval=0.0005)
+        else:
+            self._profiler = cProfile.Profile()
+
+    def start(self) -> None:
+        if self.kind == "pyinstrument":
+            self._profiler.start()
+        else:
+            self._profiler.enable()
+
+    def stop(self) -> None:
+        if self.kind == "pyinstrument":
+            self._profiler.stop()
+        else:
+            self._profiler.disable()
+
+    def save(self, seconds: float) -> str:
+        """Write the profile to ``path`` and return a summary."""
+        if self.kind == "pyinstrument":
+            tree = self._profiler.output_text(time="percent_of_total", short_mode=False)
+            flat = self._profiler.output_text(flat=True, time="percent_of_total")
+            Path(self.path).write_text(f"{tree}\n{flat}")
+            return f"{tree}\ntop by own time (pyinstrument, flat)\n{flat}"
+        self._profiler.dump_stats(self.path)
+        return profile_summary(pstats.Stats(self._profiler), seconds)
+
+
+def profile_summary(stats: pstats.Stats, total: float, *, top: int = 30) -> str:
     """The top functions by cumulative and by own time, as a share of ``total`` seconds."""
     entries = stats.stats  # type: ignore[attr-defined]
+    prefixes = sorted({str(REPO) + os.sep, *(p + os.sep for p in sys.path if p)},
+                      key=len, reverse=True)
 
     def name(func: tuple[str, int, str]) -> str:
         path, line, function = func
         if path == "~":
             return function
-        for prefix in (str(REPO) + os.sep, *(p + os.sep for p in sys.path if p)):
+        for prefix in prefixes:
             if path.startswith(prefix):
                 path = path[len(prefix):]
                 break
@@ -377,9 +550,18 @@ def profile_summary(stats: pstats.Stats, total: float, *, top: int = 25) -> str:
 # --- reporting ------------------------------------------------------------------------------
 
 
+def source_digest() -> str:
+    """A digest of pgcdc's sources, to tell which code a figure belongs to."""
+    digest = hashlib.sha256()
+    for folder in SOURCE_DIRS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def machine() -> dict[str, str]:
     info = {"cores": str(os.cpu_count()), "python": platform.python_version()}
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, IndexError, ValueError):
         meminfo = Path("/proc/meminfo").read_text()
         kb = int(meminfo.split("MemTotal:")[1].split()[0])
         info["memory"] = f"{kb / 2**20:.1f} GiB"
@@ -415,32 +597,37 @@ def verdicts(result: Result, ceiling: Result | None) -> tuple[str, str]:
 def text_table(results: list[Result]) -> str:
     ceiling = next((r for r in results if r.key == "a"), None)
     out = [f"{'measurement':34} {'seconds':>8} {'rows/s':>10} {'x (a)':>6} {'CPU s':>7} "
-           f"{'peak RSS':>9}"]
+           f"{'peak RSS':>9} {'walsender CPU s':>16} {'decoded/spilled/streamed MiB':>29}"]
     for r in results:
         rel = ratio(r, ceiling)
         out.append(f"{LABELS[r.key] + (' [profiled]' if r.profiled else ''):34} "
                    f"{r.seconds:8.2f} {r.rate:10,.0f} {'-' if rel is None else f'{rel:.2f}':>6} "
-                   f"{r.cpu_seconds:7.1f} {r.peak_rss_mb:6.0f} MiB")
+                   f"{r.cpu_seconds:7.1f} {r.peak_rss_mb:5.0f} MiB {r.walsender_cpu_seconds:16.1f} "
+                   f"{f'{r.decoded_mb:.0f}/{r.spilled_mb:.0f}/{r.streamed_mb:.0f}':>29}")
     for r in results:
         if r.key != "a":
             speed, rss = verdicts(r, ceiling)
-            out.append(f"{LABELS[r.key]}: throughput {speed}; peak RSS {rss}")
+            first = ("" if r.first_event_seconds is None
+                     else f"; first event after {r.first_event_seconds:.1f} s")
+            out.append(f"{LABELS[r.key]}: throughput {speed}; peak RSS {rss}{first}")
     return "\n".join(out)
 
 
 def markdown(results: list[Result], workload: Workload, setup: Setup,
              info: dict[str, str], scale: float) -> str:
     ceiling = next((r for r in results if r.key == "a"), None)
+    options = ", ".join(f"{k}={v}" for k, v in setup.options.items())
     lines = [
         f"Scale {scale:g}: {workload.events:,} change events ({workload.big_txn:,}-row "
         f"transaction, {workload.updates:,} updates in one UPDATE, {workload.small_txns:,} "
-        f"two-row transactions); {setup.wal_mb:,.0f} MiB of WAL; "
-        f"{info.get('cores')} cores, {info.get('memory')}, {info.get('cpu', '?')}, "
-        f"PostgreSQL {info.get('postgresql', '?')}, Python {info.get('python')}.",
+        f"two-row transactions); {setup.wal_mb:,.0f} MiB of WAL; pgoutput options "
+        f"`{options}`; {info.get('cores')} cores, {info.get('memory')}, {info.get('cpu', '?')}, "
+        f"PostgreSQL {info.get('postgresql', '?')}, Python {info.get('python')}, "
+        f"pgcdc sources {info.get('sources')}.",
         "",
-        "| measurement | seconds | rows/s | × (a) | consumer CPU s | peak RSS | "
-        "throughput target | RSS target |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| measurement | seconds | rows/s | × (a) | consumer CPU s | walsender CPU s "
+        "| peak RSS | throughput target | RSS target |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in results:
         rel = ratio(r, ceiling)
@@ -448,7 +635,7 @@ def markdown(results: list[Result], workload: Workload, setup: Setup,
         lines.append(
             f"| {LABELS[r.key]}{' (profiled)' if r.profiled else ''} | {r.seconds:.2f} | "
             f"{r.rate:,.0f} | {'–' if rel is None else f'{rel:.2f}'} | {r.cpu_seconds:.1f} | "
-            f"{r.peak_rss_mb:.0f} MiB | {speed} | {rss} |")
+            f"{r.walsender_cpu_seconds:.1f} | {r.peak_rss_mb:.0f} MiB | {speed} | {rss} |")
     return "\n".join(lines)
 
 
@@ -462,8 +649,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="workload size relative to the reference (default 1.0)")
     parser.add_argument("--only", default="a,b,c",
                         help="comma-separated measurements to run, of a, b, c (default all)")
+    parser.add_argument("--protocol", choices=["1", "native"], default="1",
+                        help="pgoutput options of every consumer: proto_version=1 (default) "
+                             "or what pgcdc negotiates by itself")
     parser.add_argument("--profile", metavar="PATH",
-                        help="run (b) under cProfile, save the stats to PATH and print a summary")
+                        help="profile (b), save the profile to PATH and print a summary")
+    parser.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile",
+                        help="for --profile: cProfile (default) or pyinstrument (pip install "
+                             "pyinstrument), a sampling profiler that barely slows the code")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="hang guard per measurement, in seconds (default 3600)")
@@ -493,12 +686,14 @@ def main(argv: list[str] | None = None) -> int:
 
     workload = Workload.scaled(args.scale)
     info = machine()
+    info["sources"] = source_digest()
     log.info("workload at scale %g: %s = %s events", args.scale, workload, f"{workload.events:,}")
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(PostgresServer(settings=SERVER_SETTINGS))
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             info["postgresql"] = str(row[0]) if row else "?"
+            server_version = conn.info.server_version
         bootstrap = None
         if "c" in args.keys:
             from pgcdc.services.kafka import KAFKA_VERSION, KafkaBroker
@@ -506,14 +701,19 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = stack.enter_context(KafkaBroker()).bootstrap_servers
             info["kafka"] = KAFKA_VERSION
         setup = prepare_and_load(server.dsn(), args.keys, workload)
+        setup.options = consumer_options(args.protocol, server_version)
+        log.info("pgoutput options of every consumer: %s", setup.options)
         results: list[Result] = []
         for key in args.keys:
             if key == "a":
                 result = measure_recvlogical(server, setup, workload)
             else:
                 result = measure_pgcdc(
-                    key, server, setup, workload, bootstrap_servers=bootstrap,
-                    profile=args.profile if key == "b" else None, timeout=args.timeout)
+                    key, server, setup, workload, protocol=args.protocol,
+                    bootstrap_servers=bootstrap, profile=args.profile if key == "b" else None,
+                    profiler=args.profiler, timeout=args.timeout)
+            result.decoded_mb, result.spilled_mb, result.streamed_mb = slot_stats(
+                server.dsn(), SLOTS[key])
             log.info("%s: %.2f s, %s rows/s, peak RSS %.0f MiB", LABELS[key], result.seconds,
                      f"{result.rate:,.0f}", result.peak_rss_mb)
             results.append(result)
@@ -522,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"workload: {workload.events:,} events, WAL {setup.wal_mb:,.0f} MiB, written in "
           + ", ".join(f"{name} {s:.1f} s" for name, s in setup.load_seconds.items()))
+    print(f"pgoutput options: {setup.options}")
     print()
     print(text_table(results))
     print()
@@ -529,7 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "scale": args.scale, "workload": asdict(workload), "events": workload.events,
-            "wal_mb": setup.wal_mb, "load_seconds": setup.load_seconds, "machine": info,
+            "wal_mb": setup.wal_mb, "load_seconds": setup.load_seconds,
+            "options": setup.options, "machine": info,
             "results": [dict(asdict(r), rate=r.rate) for r in results],
         }, indent=2))
     return 0

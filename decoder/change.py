@@ -63,9 +63,10 @@ class RowDecoder:
 
     __slots__ = ("_columns",)
 
-    def __init__(self, table: TableVersion) -> None:
+    def __init__(self, table: TableVersion,
+                 lookup: Callable[[int], Callable[[str], Any]] = decoder_for) -> None:
         self._columns: tuple[tuple[str, Callable[[str], Any]], ...] = tuple(
-            (c.name, decoder_for(c.type_oid)) for c in table.columns
+            (c.name, lookup(c.type_oid)) for c in table.columns
         )
 
     def decode(self, data: TupleData) -> tuple[Row, tuple[str, ...]]:

@@ -32,7 +32,8 @@ from decoder.pgoutput import PG_EPOCH_OFFSET_US
 log = logging.getLogger(__name__)
 
 SESSION_OPTIONS: Final = (
-    "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=3"
+    "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=3 "
+    "-c lc_monetary=C"
 )
 
 _XLOG_HEAD = struct.Struct("!QQq")
@@ -202,6 +203,32 @@ class ReplicationConnection:
                 self._wait(read=False, timeout=1.0)
         except psycopg.OperationalError as exc:
             raise self._lost(str(exc)) from exc
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """End streaming gracefully: CopyDone, then wait for the server's end of the stream.
+
+        The walsender handles messages in order, so once it answers, it has applied
+        the last status update: the slot shows the final flush position.
+        """
+        pgconn = self.pgconn
+        deadline = time.monotonic() + timeout
+        try:
+            while pgconn.put_copy_end() == 0:
+                self._wait(read=False, timeout=0.1)
+            while pgconn.flush() == 1:
+                self._wait(read=False, timeout=0.1)
+            while time.monotonic() < deadline:
+                nbytes, _ = pgconn.get_copy_data(1)
+                if nbytes == 0:
+                    self._wait(read=True, timeout=0.1)
+                    pgconn.consume_input()
+                elif nbytes < 0:
+                    break  # data still in flight is dropped: it was never processed
+            while pgconn.get_result() is not None:
+                pass
+        except psycopg.OperationalError:
+            pass  # the connection ended anyway
+        self._streaming = False
 
     # --- internals ------------------------------------------------------------------------
 

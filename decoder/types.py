@@ -25,14 +25,15 @@ log = logging.getLogger(__name__)
 
 _TYPES: Final = sql.SQL("""
     SELECT t.oid, n.nspname, t.typname, t.typtype, t.typbasetype, t.typrelid,
-           t.typoutput = 'pg_catalog.array_out'::pg_catalog.regproc AS is_array,
+           t.typtype = 'b' AND t.typoutput = 'pg_catalog.array_out'::pg_catalog.regproc
+               AS is_array,  -- a domain over an array prints with array_out too
            t.typelem, e.typdelim, r.rngsubtype, {multirange_subtype}
       FROM pg_catalog.pg_type t
       JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
       LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
       LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
       {multirange_join}
-     WHERE t.oid = ANY(%s)
+     WHERE t.oid = ANY(%s::pg_catalog.oid[])
 """)
 _TYPES_14: Final = _TYPES.format(  # multiranges exist since PostgreSQL 14
     multirange_subtype=sql.SQL("m.rngsubtype"),
@@ -43,7 +44,7 @@ _TYPES_13: Final = _TYPES.format(multirange_subtype=sql.SQL("NULL::pg_catalog.oi
 _FIELDS: Final = sql.SQL("""
     SELECT a.attrelid, a.attname, a.atttypid
       FROM pg_catalog.pg_attribute a
-     WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attrelid = ANY(%s::pg_catalog.oid[]) AND a.attnum > 0 AND NOT a.attisdropped
      ORDER BY a.attrelid, a.attnum
 """)
 

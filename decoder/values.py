@@ -65,6 +65,9 @@ from uuid import UUID as _UUID
 
 TextDecoder = Callable[[str], Any]
 
+# OIDs below this are assigned at initdb (built-in); user types start here.
+FIRST_NORMAL_OID: Final = 16384
+
 # Built-in type OIDs (pg_type.dat); stable across PostgreSQL versions.
 BOOL: Final = 16
 BYTEA: Final = 17
@@ -237,7 +240,7 @@ class Circle:
 # --- scalar decoders ---------------------------------------------------------------------
 
 def _or_text(parse: TextDecoder) -> TextDecoder:
-    """Text the parser cannot turn into a Python value (infinity, BC, year > 9999) stays text."""
+    """Text the parser cannot read (infinity, BC, year > 9999, not its literal form) stays text."""
 
     def decode(text: str) -> Any:
         try:
@@ -289,8 +292,8 @@ def _money(text: str) -> Decimal | str:
 
 
 _ISO_INTERVAL: Final = re.compile(
-    r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?"
-    r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?)(\d+)(?:\.(\d{1,6}))?S)?)?"
+    r"P(?:(-?[0-9]+)Y)?(?:(-?[0-9]+)M)?(?:(-?[0-9]+)D)?"
+    r"(?:T(?:(-?[0-9]+)H)?(?:(-?[0-9]+)M)?(?:(-?)([0-9]+)(?:\.([0-9]{1,6}))?S)?)?"
 )
 
 
@@ -395,7 +398,7 @@ def parse_array(text: str, element: TextDecoder = str, delimiter: str = ",") -> 
     body = text[1:-1]
     if not body:
         return []
-    if '"' not in body and "{" not in body and "\\" not in body:
+    if not any(c in body for c in '"{}\\'):
         return [None if item == "NULL" else element(item) for item in body.split(delimiter)]
     root: list[Any] = []
     stack = [root]
@@ -425,8 +428,10 @@ def parse_array(text: str, element: TextDecoder = str, delimiter: str = ",") -> 
             bare = match.group(4)
             if bare == "NULL":
                 stack[-1].append(None)
-            else:
-                stack[-1].append(element(_BACKSLASHED.sub(r"\1", bare)))
+                continue
+            if "\\" in bare:
+                bare = _BACKSLASHED.sub(r"\1", bare)
+            stack[-1].append(element(bare))
     if pos != len(text) - 1 or len(stack) != 1:
         msg = f"unbalanced array literal {text[:40]!r}"
         raise ValueError(msg)

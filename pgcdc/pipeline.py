@@ -40,8 +40,11 @@ from decoder.slot import (
     slot_info,
 )
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
+from decoder.types import load_types
+from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
 from pgcdc.progress import ProgressStore, StoredProgress, check_against_slot
+from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 
@@ -122,6 +125,8 @@ class Pipeline:
         self._two_phase = False
         self._store = ProgressStore(config.progress_file) if config.progress_file else None
         self._identity: tuple[str, str] = ("", "")
+        self._types = TypeRegistry()
+        self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stored = -1
 
     # --- set-up ---------------------------------------------------------------------------
@@ -172,17 +177,23 @@ class Pipeline:
             on_progress: Callable[[Progress], None] | None = None) -> Progress:
         """Stream until ``stop`` is set or everything up to ``until_lsn`` is durable.
 
-        A lost connection is retried with exponential backoff, from the durable
-        position, up to ``reconnect_attempts`` times in a row.
+        A lost connection or a failed delivery is retried with exponential backoff,
+        from the durable position, up to ``reconnect_attempts`` times in a row; after a
+        failed delivery the sink is reset first (a Kafka sink recreates its producer).
         """
         stop = stop or threading.Event()
         failures = 0
+        durable_at_failure = -1
         while True:
             try:
                 self._session(stop, until_lsn, on_progress)
                 return self.progress
-            except ConnectionLostError as exc:
-                failures += 1
+            except (ConnectionLostError, DeliveryError) as exc:
+                if isinstance(exc, DeliveryError):
+                    self.sink.reset()
+                # count failures in a row: progress since the last one starts over
+                failures = 1 if self._flushed > durable_at_failure else failures + 1
+                durable_at_failure = self._flushed
                 if failures > self.config.reconnect_attempts:
                     raise
                 delay = min(self.config.reconnect_max_delay, 0.5 * 2 ** (failures - 1))
@@ -220,8 +231,12 @@ class Pipeline:
                     break
             self.sink.flush(30)
             self._send_status(stream, force=True)
+            stream.finish()
         finally:
             stream.close()
+            if self._catalog_conn is not None:
+                self._catalog_conn.close()
+                self._catalog_conn = None
 
     def _session_settings(self) -> dict[str, str]:
         if self.config.decoding_work_mem:
@@ -229,6 +244,9 @@ class Pipeline:
         return {}
 
     def _reset_in_progress(self) -> None:
+        # A keepalive of the old session may point past transactions that the new
+        # session has yet to resend: trusting it would confirm them unsent.
+        self._keepalive_end = 0
         self._txn = None
         self._stream = None
         self._preparing = None
@@ -269,7 +287,7 @@ class Pipeline:
             table, new = self.catalog.observe(message)
             if new or message.oid not in self._decoders:
                 self.sink.publish_table(table, lsn)
-                self._decoders[message.oid] = RowDecoder(table)
+                self._decoders[message.oid] = RowDecoder(table, self._type_lookup(table))
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
                 self._emit(TRUNCATE, self._table(oid), None, None, (), lsn)
@@ -346,6 +364,16 @@ class Pipeline:
         self.sink.end_transaction(end_lsn)
         self._txn = None
         self.progress.transactions += 1
+
+    def _type_lookup(self, table: TableVersion) -> Callable[[int], Callable[[str], object]]:
+        """Decoders for the table's column types; custom types (enums, domains, composites,
+        arrays and ranges of them) are read from the catalog once."""
+        custom = [c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID]
+        if custom:
+            if self._catalog_conn is None or self._catalog_conn.closed:
+                self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
+            load_types(self._catalog_conn, custom, self._types)
+        return self._types.decoder_for
 
     def _table(self, oid: int) -> TableVersion:
         table = self.catalog.table(oid)

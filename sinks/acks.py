@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from pgcdc.errors import PgcdcError
+from pgcdc.errors import TransientError
 
 
-class DeliveryError(PgcdcError):
-    """A message could not be made durable; the pipeline restarts from the durable LSN."""
+class DeliveryError(TransientError):
+    """A message could not be made durable; the pipeline resets the sink and restarts from
+    the durable LSN, so everything after it is sent again."""
 
 
 class _Pending:

@@ -50,6 +50,9 @@ class JsonLinesSink:
     def flush(self, timeout: float) -> None:
         self._out.flush()
 
+    def reset(self) -> None:
+        return None
+
     def close(self) -> None:
         self._out.flush()
         if self._own:

@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from decoder.change import ChangeEvent
 from pgcdc import failpoints
 from pgcdc.errors import TerminalError, TransientError
-from sinks.acks import AckTracker
+from sinks.acks import AckTracker, DeliveryError
 from sinks.envelope import encode_key, encode_value
 from snapshot_builder.catalog import TableVersion
 
@@ -84,6 +84,7 @@ class KafkaSink:
             "message.timeout.ms": 120_000,
         }
         config.update(producer_config or {})
+        self._producer_config = config
         self._producer = Producer(config)
         self._tracker = AckTracker()
         self._topics: set[str] = set()
@@ -113,7 +114,7 @@ class KafkaSink:
             detail = errors[0] if errors else f"{remaining} messages still queued after 60 s"
             msg = (f"could not publish table version {table.qualified_name}@{table.version}: "
                    f"{detail}")
-            raise KafkaSinkError(msg)
+            raise DeliveryError(msg)
         self._published.add(key)
 
     def write(self, event: ChangeEvent) -> None:
@@ -144,6 +145,9 @@ class KafkaSink:
                 return
             except BufferError:
                 self._producer.poll(0.05)
+            except KafkaException as exc:  # e.g. a fatal idempotent-producer error
+                msg = f"kafka producer failed: {exc.args[0]}"
+                raise DeliveryError(msg) from exc
 
     def end_transaction(self, end_lsn: int) -> None:
         self._tracker.end_transaction(end_lsn)
@@ -159,6 +163,19 @@ class KafkaSink:
 
     def flush(self, timeout: float) -> None:
         self._producer.flush(timeout)
+
+    def reset(self) -> None:
+        """Drop the producer and whatever it still holds; a new one starts clean.
+
+        A message the old producer could not confirm may still have been written
+        ("possibly persisted"); it is sent again, and consumers de-duplicate on
+        ``(commit_lsn, ordinal)``.
+        """
+        self._producer.purge()
+        self._producer.flush(5)
+        self._producer = Producer(self._producer_config)
+        self._tracker = AckTracker()
+        log.warning("kafka producer recreated; resending from the durable position")
 
     def close(self) -> None:
         self._producer.flush(30)

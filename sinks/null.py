@@ -32,5 +32,8 @@ class NullSink:
     def flush(self, timeout: float) -> None:
         return None
 
+    def reset(self) -> None:
+        return None
+
     def close(self) -> None:
         return None

@@ -52,5 +52,9 @@ class Sink(Protocol):
     def flush(self, timeout: float) -> None:
         """Wait until every written event is durable or ``timeout`` passes."""
 
+    def reset(self) -> None:
+        """Forget everything not yet durable (after a delivery error): the pipeline sends it
+        again from the durable LSN.  A Kafka sink recreates its producer here."""
+
     def close(self) -> None:
         """Flush what can be flushed and release resources."""

@@ -92,7 +92,10 @@ class RelationCatalog:
         self._type_names: dict[int, str] = {}
 
     def observe_type(self, message: Type) -> None:
-        self._type_names[message.oid] = f"{message.namespace}.{message.name}"
+        # pgoutput names built-in (pg_catalog) types with an empty namespace
+        namespace = "" if message.namespace in ("", "pg_catalog") else message.namespace
+        self._type_names[message.oid] = (f"{namespace}.{message.name}" if namespace
+                                         else message.name)
 
     def observe(self, message: Relation) -> tuple[TableVersion, bool]:
         """Record a Relation message; returns its version and whether it is new."""

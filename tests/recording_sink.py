@@ -52,5 +52,8 @@ class RecordingSink:
     def flush(self, timeout: float) -> None:
         return None
 
+    def reset(self) -> None:
+        return None
+
     def close(self) -> None:
         return None

@@ -10,6 +10,7 @@ import base64
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -86,6 +87,15 @@ class KafkaBroker:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections hang, nothing is refused."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """A hard crash of the broker (SIGKILL)."""
