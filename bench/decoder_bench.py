@@ -53,6 +53,7 @@ import contextlib
 import cProfile
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -174,6 +175,7 @@ class Result:
     decoded_mb: float = 0.0  # pg_stat_replication_slots.total_bytes of the slot
     spilled_mb: float = 0.0  # pg_stat_replication_slots.spill_bytes of the slot
     streamed_mb: float = 0.0  # pg_stat_replication_slots.stream_bytes of the slot
+    value_format: str | None = None  # of the Kafka sink's messages
     profiled: bool = False
 
     @property
@@ -378,13 +380,15 @@ def peak_rss_kb(pid: int | str = "self") -> int | None:
 
 
 def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Workload, *,
-                  protocol: str, bootstrap_servers: str | None, profile: str | None,
-                  profiler: str, timeout: float) -> Result:
+                  protocol: str, bootstrap_servers: str | None, kafka_format: str | None,
+                  profile: str | None, profiler: str, timeout: float) -> Result:
     argv = [sys.executable, "-m", "bench.decoder_bench", "--worker", key, "--dsn", server.dsn(),
             "--slot", SLOTS[key], "--until", format_lsn(setup.end_lsn), "--protocol", protocol,
             "--expect-events", str(workload.events), "--timeout", str(timeout)]
     if bootstrap_servers:
         argv += ["--bootstrap-servers", bootstrap_servers]
+    if kafka_format:
+        argv += ["--kafka-format", kafka_format]
     if profile:
         argv += ["--profile", profile, "--profiler", profiler]
     log.info("(%s) %s", key, " ".join(argv))
@@ -397,7 +401,7 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
     report = json.loads(lines[-1])
     return Result(key, report["seconds"], report["events"], report["cpu_seconds"],
                   report["peak_rss_mb"], walsender.seconds, report["first_event_seconds"],
-                  profiled=bool(profile))
+                  value_format=report.get("value_format"), profiled=bool(profile))
 
 
 # --- the worker (one child process per pgcdc measurement) -----------------------------------
@@ -420,9 +424,17 @@ def run_worker(args: argparse.Namespace) -> int:
     if args.worker == "c":
         from sinks.kafka import KafkaSink
 
-        sink: Any = KafkaSink(args.bootstrap_servers, topic_prefix=TOPIC_PREFIX)
+        options: dict[str, Any] = {"topic_prefix": TOPIC_PREFIX}
+        if args.kafka_format:
+            if "value_format" not in inspect.signature(KafkaSink).parameters:
+                print("this KafkaSink has no value_format option", file=sys.stderr)
+                return 2
+            options["value_format"] = args.kafka_format
+        sink: Any = KafkaSink(args.bootstrap_servers, **options)
+        value_format = str(getattr(getattr(sink, "encoder", None), "format", "json"))
     else:
         sink = NullSink()
+        value_format = None
     pipeline = Pipeline(worker_config(args), sink)
     pipeline.prepare()
     stop = threading.Event()
@@ -453,6 +465,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "peak_rss_mb": (peak_rss_kb() or usage.ru_maxrss) / 1024,
         "first_event_seconds": first_event.get("seconds"),
+        "value_format": value_format,
     }
     print(json.dumps(report))
     if progress.durable_lsn < until:
@@ -594,13 +607,20 @@ def verdicts(result: Result, ceiling: Result | None) -> tuple[str, str]:
     return speed, rss
 
 
+def label(result: Result) -> str:
+    text = LABELS[result.key]
+    if result.value_format:
+        text = text.replace("Kafka", f"Kafka {result.value_format}")
+    return text + (" [profiled]" if result.profiled else "")
+
+
 def text_table(results: list[Result]) -> str:
     ceiling = next((r for r in results if r.key == "a"), None)
     out = [f"{'measurement':34} {'seconds':>8} {'rows/s':>10} {'x (a)':>6} {'CPU s':>7} "
            f"{'peak RSS':>9} {'walsender CPU s':>16} {'decoded/spilled/streamed MiB':>29}"]
     for r in results:
         rel = ratio(r, ceiling)
-        out.append(f"{LABELS[r.key] + (' [profiled]' if r.profiled else ''):34} "
+        out.append(f"{label(r):34} "
                    f"{r.seconds:8.2f} {r.rate:10,.0f} {'-' if rel is None else f'{rel:.2f}':>6} "
                    f"{r.cpu_seconds:7.1f} {r.peak_rss_mb:5.0f} MiB {r.walsender_cpu_seconds:16.1f} "
                    f"{f'{r.decoded_mb:.0f}/{r.spilled_mb:.0f}/{r.streamed_mb:.0f}':>29}")
@@ -609,7 +629,7 @@ def text_table(results: list[Result]) -> str:
             speed, rss = verdicts(r, ceiling)
             first = ("" if r.first_event_seconds is None
                      else f"; first event after {r.first_event_seconds:.1f} s")
-            out.append(f"{LABELS[r.key]}: throughput {speed}; peak RSS {rss}{first}")
+            out.append(f"{label(r)}: throughput {speed}; peak RSS {rss}{first}")
     return "\n".join(out)
 
 
@@ -633,7 +653,7 @@ def markdown(results: list[Result], workload: Workload, setup: Setup,
         rel = ratio(r, ceiling)
         speed, rss = verdicts(r, ceiling)
         lines.append(
-            f"| {LABELS[r.key]}{' (profiled)' if r.profiled else ''} | {r.seconds:.2f} | "
+            f"| {label(r)} | {r.seconds:.2f} | "
             f"{r.rate:,.0f} | {'–' if rel is None else f'{rel:.2f}'} | {r.cpu_seconds:.1f} | "
             f"{r.walsender_cpu_seconds:.1f} | {r.peak_rss_mb:.0f} MiB | {speed} | {rss} |")
     return "\n".join(lines)
@@ -652,6 +672,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--protocol", choices=["1", "native"], default="1",
                         help="pgoutput options of every consumer: proto_version=1 (default) "
                              "or what pgcdc negotiates by itself")
+    parser.add_argument("--kafka-format", choices=["avro", "json"],
+                        help="value format of the Kafka sink in (c) (default: the sink's own)")
     parser.add_argument("--profile", metavar="PATH",
                         help="profile (b), save the profile to PATH and print a summary")
     parser.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile",
@@ -710,11 +732,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 result = measure_pgcdc(
                     key, server, setup, workload, protocol=args.protocol,
-                    bootstrap_servers=bootstrap, profile=args.profile if key == "b" else None,
-                    profiler=args.profiler, timeout=args.timeout)
+                    bootstrap_servers=bootstrap, kafka_format=args.kafka_format,
+                    profile=args.profile if key == "b" else None, profiler=args.profiler,
+                    timeout=args.timeout)
             result.decoded_mb, result.spilled_mb, result.streamed_mb = slot_stats(
                 server.dsn(), SLOTS[key])
-            log.info("%s: %.2f s, %s rows/s, peak RSS %.0f MiB", LABELS[key], result.seconds,
+            log.info("%s: %.2f s, %s rows/s, peak RSS %.0f MiB", label(result), result.seconds,
                      f"{result.rate:,.0f}", result.peak_rss_mb)
             results.append(result)
 

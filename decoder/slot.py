@@ -20,6 +20,7 @@ from decoder.errors import (
     WalLevelError,
 )
 from decoder.lsn import parse_lsn
+from decoder.replication import ReplicationConnection
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +140,44 @@ def current_wal_lsn(conn: Conn) -> int:
     row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
     return parse_lsn(str(row[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedSlot:
+    """A slot created by ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')``.
+
+    ``snapshot_name`` can be imported (``SET TRANSACTION SNAPSHOT``) only while the
+    replication connection that created the slot stays open and runs no other command.
+    ``consistent_point`` is the slot's ``confirmed_flush_lsn``: the snapshot sees every
+    transaction whose commit record starts before it, streaming from it sends every
+    transaction whose commit record starts at or after it.
+    """
+
+    name: str
+    consistent_point: int
+    snapshot_name: str
+    plugin: str
+
+
+def create_slot_exporting_snapshot(stream: ReplicationConnection, slot: str, *,
+                                   two_phase: bool = True) -> ExportedSlot:
+    """Create a pgoutput slot over a replication connection and export its snapshot.
+
+    PostgreSQL 15 syntax: ``CREATE_REPLICATION_SLOT "slot" LOGICAL pgoutput
+    (SNAPSHOT 'export'[, TWO_PHASE])``; PostgreSQL 15 accepts ``TWO_PHASE`` there and the
+    slot shows ``two_phase = true``.  Keep ``stream`` open and idle until every reader has
+    imported the snapshot.
+    """
+    options = [sql.SQL("SNAPSHOT 'export'")]
+    if two_phase:
+        options.append(sql.SQL("TWO_PHASE"))
+    query = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput ({})").format(
+        sql.Identifier(slot), sql.SQL(", ").join(options))
+    rows = stream.command(query)
+    if len(rows) != 1 or len(rows[0]) < 4 or None in rows[0][:4]:
+        msg = f'CREATE_REPLICATION_SLOT "{slot}" returned {rows!r}, expected one row of four'
+        raise ReplicationError(msg)
+    name, consistent_point, snapshot_name, plugin = (str(v) for v in rows[0][:4])
+    log.info("created replication slot %s at %s with exported snapshot %s", name,
+             consistent_point, snapshot_name)
+    return ExportedSlot(name, parse_lsn(consistent_point), snapshot_name, plugin)

@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--transactions", type=int, default=2000,
                       help="how many workload transactions (default 2000)")
     demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--format", choices=["avro", "json"], default="avro",
+                      help="Kafka value format (default avro)")
 
     run = sub.add_parser("run", help="stream a slot into a sink until interrupted")
     run.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None,
@@ -59,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--sink", choices=["kafka", "jsonl", "null"], default=_env("SINK", "kafka"))
     run.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"))
     run.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
+    run.add_argument("--format", choices=["avro", "json"], default=_env("FORMAT", "avro"),
+                     help="Kafka value format: Avro with a writer schema per table version "
+                          "(default), or Debezium-compatible JSON")
+    run.add_argument("--no-tombstones", action="store_true",
+                     help="do not follow a delete with a tombstone (null value)")
+    run.add_argument("--transaction-topic", action="store_true",
+                     help="publish BEGIN/END transaction metadata to <prefix>._transactions")
     run.add_argument("--output", default=_env("OUTPUT", "-"),
                      help="file for --sink jsonl (default stdout)")
     run.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
@@ -109,7 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     results = run_demo(DemoOptions(dsn=args.dsn, bootstrap_servers=args.bootstrap_servers,
                                    output=args.output, transactions=args.transactions,
-                                   seed=args.seed))
+                                   seed=args.seed, value_format=args.format))
     return 0 if print_report(results) else EXIT_DIFFERS
 
 
@@ -124,7 +133,9 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(msg)
         from sinks.kafka import KafkaSink
 
-        sink = KafkaSink(args.bootstrap_servers, topic_prefix=args.topic_prefix)
+        sink = KafkaSink(args.bootstrap_servers, topic_prefix=args.topic_prefix,
+                         value_format=args.format, tombstones=not args.no_tombstones,
+                         transaction_topic=args.transaction_topic)
     elif args.sink == "jsonl":
         from sinks.jsonlines import JsonLinesSink
 

@@ -71,6 +71,7 @@ class DemoOptions:
     seed: int = 42
     slot: str = "pgcdc_demo"
     topic_prefix: str = "pgcdc_demo"
+    value_format: str = "avro"
 
 
 class Workload:
@@ -183,7 +184,8 @@ def run_demo(options: DemoOptions) -> list[TableComparison]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             _reset(conn, options.slot)
             conn.execute(DDL)
-        sink = KafkaSink(servers, topic_prefix=options.topic_prefix)
+        sink = KafkaSink(servers, topic_prefix=options.topic_prefix,
+                         value_format=options.value_format)
         pipeline = Pipeline(
             PipelineConfig(dsn, slot=options.slot, publication=options.slot, tables=TABLES), sink)
         pipeline.prepare()

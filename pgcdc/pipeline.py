@@ -51,6 +51,7 @@ from snapshot_builder.catalog import RelationCatalog, TableVersion
 log = logging.getLogger(__name__)
 
 _STREAM_STOP = ord("E")
+HEARTBEAT_PREFIX = "pgcdc.heartbeat"
 _SCHEMA_TAGS = (ord("R"), ord("Y"))
 
 
@@ -293,8 +294,14 @@ class Pipeline:
                 self._emit(TRUNCATE, self._table(oid), None, None, (), lsn)
         elif isinstance(message, pg.Type):
             self.catalog.observe_type(message)
-        elif isinstance(message, pg.Origin | pg.LogicalMessage):
-            log.debug("passing over %s at %s", type(message).__name__, format_lsn(lsn))
+        elif isinstance(message, pg.LogicalMessage):
+            if message.prefix != HEARTBEAT_PREFIX:
+                txn = self._txn if message.transactional else None
+                self.sink.write_message(message, lsn=lsn,
+                                        commit_lsn=txn.commit_lsn if txn else None,
+                                        xid=txn.xid if txn else None)
+        elif isinstance(message, pg.Origin):
+            log.debug("origin %s at %s", message.name, format_lsn(lsn))
         elif isinstance(message, pg.Insert | pg.Update | pg.Delete):
             self._change(message, lsn)
         else:

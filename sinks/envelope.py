@@ -51,6 +51,7 @@ from uuid import UUID
 
 from decoder.change import ChangeEvent, unix_millis
 from decoder.values import Box, Circle, Interval, Line, LineSegment, Path, Point, Polygon, Range
+from snapshot_builder.catalog import TableVersion
 
 CONNECTOR = "pgcdc"
 
@@ -107,3 +108,30 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int) -> dict[str, 
 
 def encode_value(event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
     return _dumps(envelope(event, server_name=server_name, now_ms=now_ms)).encode()
+
+
+def text_of(value: Any) -> str:
+    """A value as the text the JSON envelope gives it (strings as they are, structured
+    values as JSON): the form of every column an Avro schema types as string."""
+    if isinstance(value, str):
+        return value
+    try:
+        out = _default(value)
+    except TypeError:
+        out = value
+    return out if isinstance(out, str) else _dumps(out)
+
+
+class JsonEncoder:
+    """Keys and values of change events as JSON (the Debezium envelope above)."""
+
+    format = "json"
+
+    def schemas(self, table: TableVersion) -> dict[str, str]:
+        return {}
+
+    def key(self, event: ChangeEvent) -> bytes:
+        return encode_key(event)
+
+    def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
+        return encode_value(event, server_name=server_name, now_ms=now_ms)

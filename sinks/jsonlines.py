@@ -13,6 +13,7 @@ import time
 from typing import IO
 
 from decoder.change import ChangeEvent
+from decoder.pgoutput import LogicalMessage
 from sinks.envelope import encode_value
 from snapshot_builder.catalog import TableVersion
 
@@ -31,6 +32,14 @@ class JsonLinesSink:
     def write(self, event: ChangeEvent) -> None:
         now_ms = int(time.time() * 1000)
         self._out.write(encode_value(event, server_name=self._server_name, now_ms=now_ms) + b"\n")
+
+    def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
+                      xid: int | None) -> None:
+        line = json.dumps({"message": {"prefix": message.prefix, "lsn": lsn,
+                                       "transactional": message.transactional,
+                                       "content": message.content.hex(), "commit_lsn": commit_lsn,
+                                       "xid": xid}}, separators=(",", ":"))
+        self._out.write(line.encode() + b"\n")
 
     def end_transaction(self, end_lsn: int) -> None:
         self._out.flush()

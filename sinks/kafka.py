@@ -1,5 +1,12 @@
 """The Kafka sink: one topic per table, keyed by primary key, idempotent producer, acks=all.
 
+Topics: ``<prefix>.<schema>.<table>`` for changes (Avro by default, one writer
+schema per table version, see sinks/avro.py; or the Debezium JSON envelope,
+sinks/envelope.py), each delete followed by a tombstone (null value) unless
+disabled; ``<prefix>._catalog`` for table versions; ``<prefix>._messages`` for
+logical decoding messages; optionally ``<prefix>._transactions`` with BEGIN and
+END events (per-table counts), as Debezium's transaction metadata.
+
 Durable means acknowledged by every in-sync replica (``acks=all``) of an
 idempotent producer.  Delivery reports arrive on :meth:`KafkaSink.poll`; the
 :class:`~sinks.acks.AckTracker` turns them into a durable LSN in commit order.
@@ -14,26 +21,50 @@ a consumer always finds the version an event names.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from decoder.change import ChangeEvent
+from decoder.pgoutput import LogicalMessage
 from pgcdc import failpoints
-from pgcdc.errors import TerminalError, TransientError
+from pgcdc.errors import ConfigError, TerminalError, TransientError
 from sinks.acks import AckTracker, DeliveryError
-from sinks.envelope import encode_key, encode_value
+from sinks.avro import AvroEncoder
+from sinks.envelope import JsonEncoder
 from snapshot_builder.catalog import TableVersion
 
 log = logging.getLogger(__name__)
 
 _ILLEGAL_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 CATALOG_SUFFIX = "_catalog"
+MESSAGES_SUFFIX = "_messages"
+TRANSACTIONS_SUFFIX = "_transactions"
+
+
+class Encoder(Protocol):
+    format: str
+
+    def schemas(self, table: TableVersion) -> dict[str, str]: ...
+
+    def key(self, event: ChangeEvent) -> bytes: ...
+
+    def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes: ...
+
+
+def _encoder(value_format: str) -> Encoder:
+    if value_format == "avro":
+        return AvroEncoder()
+    if value_format == "json":
+        return JsonEncoder()
+    msg = f"unknown value format {value_format!r}: choose avro or json"
+    raise ConfigError(msg)
 
 
 class KafkaUnreachableError(TransientError):
@@ -66,11 +97,16 @@ def catalog_topic(prefix: str) -> str:
 class KafkaSink:
     def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "pgcdc",
                  partitions: int = 1, replication_factor: int = 1,
+                 value_format: str = "avro", tombstones: bool = True,
+                 transaction_topic: bool = False,
                  producer_config: dict[str, Any] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
+        self.tombstones = tombstones
+        self.encoder: Encoder = _encoder(value_format)
+        self._format_header = ("pgcdc.format", self.encoder.format.encode())
         base: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
         self._admin = AdminClient(base)
         self._check_reachable()
@@ -92,6 +128,12 @@ class KafkaSink:
         self._table_topics: dict[int, str] = {}
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
+        self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
+        self.transaction_topic = (f"{topic_prefix}.{TRANSACTIONS_SUFFIX}"
+                                  if transaction_topic else None)
+        self._txn_counts: dict[str, int] = {}
+        self._txn_id: str | None = None
+        self._txn_start = 0
 
     # --- Sink protocol --------------------------------------------------------------------
 
@@ -101,7 +143,8 @@ class KafkaSink:
             return
         self._table_topics[table.oid] = self._ensure_topic(
             topic_name(self.prefix, table.schema, table.name), partitions=self.partitions)
-        value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid])
+        value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
+                     value_format=self.encoder.format, **self.encoder.schemas(table))
         errors: list[KafkaError] = []
         self._producer.produce(
             self.catalog_topic,
@@ -122,6 +165,30 @@ class KafkaSink:
         if topic is None:
             msg = f"event for {event.table.qualified_name} before its table version was published"
             raise KafkaSinkError(msg)
+        now_ms = int(time.time() * 1000)
+        if self.transaction_topic is not None:
+            self._count_in_transaction(event, topic, now_ms)
+        key = self.encoder.key(event)
+        value = self.encoder.value(event, server_name=self.prefix, now_ms=now_ms)
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("pgcdc.table_version", event.table.version.encode()), self._format_header]
+        self._produce(topic, key, value, headers)
+        if event.op == "d" and self.tombstones:
+            self._produce(topic, key, None, headers)  # lets a compacted topic drop the key
+
+    def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
+                      xid: int | None) -> None:
+        """A logical decoding message (pg_logical_emit_message) to ``<prefix>._messages``."""
+        if self.messages_topic not in self._topics:
+            self._ensure_topic(self.messages_topic, partitions=1)
+        value = {"prefix": message.prefix, "transactional": message.transactional,
+                 "content": base64.b64encode(message.content).decode("ascii"),
+                 "lsn": lsn, "commit_lsn": commit_lsn, "xid": xid}
+        self._produce(self.messages_topic, message.prefix.encode(),
+                      json.dumps(value, separators=(",", ":")).encode(), [])
+
+    def _produce(self, topic: str, key: bytes, value: bytes | None,
+                 headers: list[tuple[str, str | bytes | None]]) -> None:
         handle = self._tracker.sent()
         tracker = self._tracker
 
@@ -133,10 +200,6 @@ class KafkaSink:
             else:
                 tracker.failed(KafkaException(err))
 
-        key = encode_key(event)
-        value = encode_value(event, server_name=self.prefix, now_ms=int(time.time() * 1000))
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("pgcdc.table_version", event.table.version.encode())]
         while True:
             try:
                 self._producer.produce(topic, key=key, value=value, headers=headers,
@@ -149,7 +212,34 @@ class KafkaSink:
                 msg = f"kafka producer failed: {exc.args[0]}"
                 raise DeliveryError(msg) from exc
 
+    # --- transaction metadata -------------------------------------------------------------
+
+    def _count_in_transaction(self, event: ChangeEvent, topic: str, now_ms: int) -> None:
+        assert self.transaction_topic is not None
+        txn_id = f"{event.xid}:{event.commit_lsn}"
+        if self._txn_id != txn_id:
+            if self.transaction_topic not in self._topics:
+                self._ensure_topic(self.transaction_topic, partitions=1)
+            self._txn_id, self._txn_counts, self._txn_start = txn_id, {}, now_ms
+            self._transaction_event("BEGIN", now_ms)
+        name = f"{event.table.schema}.{event.table.name}"
+        self._txn_counts[name] = self._txn_counts.get(name, 0) + 1
+
+    def _transaction_event(self, status: str, now_ms: int) -> None:
+        """Debezium's transaction metadata: BEGIN, then END with per-table event counts."""
+        assert self.transaction_topic is not None and self._txn_id is not None
+        value: dict[str, Any] = {"status": status, "id": self._txn_id, "ts_ms": now_ms}
+        if status == "END":
+            value["event_count"] = sum(self._txn_counts.values())
+            value["data_collections"] = [{"data_collection": name, "event_count": count}
+                                         for name, count in self._txn_counts.items()]
+        self._produce(self.transaction_topic, self._txn_id.encode(),
+                      json.dumps(value, separators=(",", ":")).encode(), [])
+
     def end_transaction(self, end_lsn: int) -> None:
+        if self.transaction_topic is not None and self._txn_id is not None:
+            self._transaction_event("END", int(time.time() * 1000))
+            self._txn_id = None
         self._tracker.end_transaction(end_lsn)
 
     def durable_lsn(self) -> int | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from decoder.change import ChangeEvent
+from decoder.pgoutput import LogicalMessage
 from snapshot_builder.catalog import TableVersion
 
 
 class NullSink:
     def __init__(self) -> None:
         self.events = 0
+        self.messages = 0
         self._durable: int | None = None
 
     def publish_table(self, table: TableVersion, lsn: int) -> None:
@@ -16,6 +18,10 @@ class NullSink:
 
     def write(self, event: ChangeEvent) -> None:
         self.events += 1
+
+    def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
+                      xid: int | None) -> None:
+        self.messages += 1
 
     def end_transaction(self, end_lsn: int) -> None:
         self._durable = end_lsn

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from decoder.change import ChangeEvent
+from decoder.pgoutput import LogicalMessage
 from snapshot_builder.catalog import TableVersion
 
 
@@ -32,6 +33,11 @@ class Sink(Protocol):
 
     def write(self, event: ChangeEvent) -> None:
         """Queue one event of the open transaction; may block when buffers are full."""
+
+    def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
+                      xid: int | None) -> None:
+        """Queue a logical decoding message; a transactional one belongs to the open
+        transaction (``commit_lsn`` and ``xid`` set), the others stand alone."""
 
     def end_transaction(self, end_lsn: int) -> None:
         """Mark the end of the transaction whose events were just written."""

@@ -19,6 +19,7 @@ by tables that already committed it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -55,11 +56,69 @@ def table_path(lake: str, spec: TableSpec) -> str:
     return f"{lake.rstrip('/')}/{_SAFE.sub('_', spec.schema)}.{_SAFE.sub('_', spec.name)}"
 
 
-def parse_envelopes(batch: Any) -> Any:
+_HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"
+
+
+def parse_envelopes(batch: Any, catalog: CatalogLog) -> Any:
+    """Every change of a batch as ``op, before, after, unchanged, source``, whatever its
+    format; ``before`` and ``after`` are maps of column name to the value's text.
+
+    Avro values are decoded with the writer schema of the version their
+    ``pgcdc.table_version`` header names, one version at a time; the decoded
+    ``source.table_version`` must agree with the header.  Tombstones are skipped.
+    """
     from pyspark.sql import functions as F
 
-    return batch.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"))\
-        .select("e.*")
+    rows = batch.where("value IS NOT NULL").selectExpr(
+        "value", f"coalesce({_HEADER.format('pgcdc.format')}, 'json') AS _format",
+        f"{_HEADER.format('pgcdc.table_version')} AS _version")
+    parts = [rows.where("_format = 'json'").select(
+        F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"), "_version")
+        .select("e.*", "_version")]
+    avro_versions = [r[0] for r in rows.where("_format = 'avro'").select("_version")
+                     .distinct().collect()]
+    for version in avro_versions:
+        spec = catalog.by_version(str(version))
+        if spec is None or spec.value_schema is None:
+            msg = (f"Avro events of table version {version} but the catalog log holds no "
+                   "writer schema for it; the catalog topic is incomplete")
+            raise CatalogMismatchError(msg)
+        parts.append(_from_avro(rows.where(F.col("_version") == version), spec))
+    events = parts[0]
+    for part in parts[1:]:
+        events = events.unionByName(part)
+    mismatched = events.where("_version IS NOT NULL AND _version != source.table_version")
+    if not mismatched.isEmpty():
+        msg = "an event's pgcdc.table_version header disagrees with its source.table_version"
+        raise CatalogMismatchError(msg)
+    return events.drop("_version")
+
+
+def _from_avro(rows: Any, spec: TableSpec) -> Any:
+    from pyspark.sql.avro.functions import from_avro
+
+    schema = spec.value_schema
+    assert schema is not None
+    fields = json.loads(schema)["fields"][0]["type"][1]["fields"]
+    names = ", ".join(_literal(f["pgcdc.column"]) for f in fields)
+
+    def as_map(side: str) -> str:
+        texts = []
+        for field in fields:
+            ref = f"e.{side}.{quote(field['name'])}"
+            kind = field["type"][1]
+            texts.append(f"base64({ref})" if kind == "bytes" else f"CAST({ref} AS STRING)")
+        return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "
+                f"map_from_arrays(array({names}), array({', '.join(texts)})) END AS {side}")
+
+    decoded = rows.select(from_avro("value", schema).alias("e"), "_version")
+    return decoded.selectExpr("e.op AS op", as_map("before"), as_map("after"),
+                              "e.unchanged AS unchanged",
+                              "named_struct('commit_lsn', e.source.commit_lsn, "
+                              "'ordinal', e.source.ordinal, 'table_oid', e.source.table_oid, "
+                              "'table_version', e.source.table_version, "
+                              "'schema', e.source.schema, 'table', e.source.table) AS source",
+                              "_version")
 
 
 def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
@@ -185,7 +244,7 @@ def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterat
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, lake: str,
                 app_id: str) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table."""
-    events = parse_envelopes(batch).persist()
+    events = parse_envelopes(batch, catalog).persist()
     try:
         applied: dict[str, int] = {}
         for oid in check_versions(events, catalog):

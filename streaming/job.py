@@ -58,6 +58,7 @@ def start(spark: Any, config: JobConfig,
               .option("subscribePattern", table_topic_pattern(config.topic_prefix))
               .option("startingOffsets", "earliest")
               .option("failOnDataLoss", "true")
+              .option("includeHeaders", "true")
               .option("kafka.metadata.max.age.ms", "2000"))
     if config.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))

@@ -62,6 +62,8 @@ class TableSpec:
     lsn: int
     topic: str
     columns: tuple[ColumnSpec, ...]
+    value_format: str = "json"
+    value_schema: str | None = None  # the Avro writer schema (JSON), for value_format avro
 
     @property
     def key_columns(self) -> tuple[ColumnSpec, ...]:
@@ -79,7 +81,8 @@ class TableSpec:
             for c in data["columns"]
         )
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
-                   int(data.get("lsn", 0)), data.get("topic", ""), columns)
+                   int(data.get("lsn", 0)), data.get("topic", ""), columns,
+                   data.get("value_format", "json"), data.get("value_schema"))
 
 
 class CatalogLog:
@@ -97,6 +100,10 @@ class CatalogLog:
 
     def version(self, oid: int, version: str) -> TableSpec | None:
         return self._versions.get((oid, version))
+
+    def by_version(self, version: str) -> TableSpec | None:
+        """Any table's spec with this version: equal versions have equal writer schemas."""
+        return next((s for (_, v), s in self._versions.items() if v == version), None)
 
     def latest(self, oid: int) -> TableSpec:
         return self._by_oid[oid][-1]

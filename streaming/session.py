@@ -21,6 +21,7 @@ DELTA_VERSION = "4.0.0"
 PACKAGES = [
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}",
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
+    f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
 ]
 
 

@@ -3,6 +3,7 @@ checked against what an independent consumer (kafka-python) reads from the topic
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
@@ -23,8 +25,7 @@ from decoder.slot import current_wal_lsn, slot_info
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-def read_topic(servers: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
-    """Every record of a topic, in partition order, as decoded JSON values with their keys."""
+def _raw_records(servers: str, topic: str, timeout: float) -> list[Any]:
     consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
     try:
         partitions = [TopicPartition(topic, p)
@@ -32,18 +33,63 @@ def read_topic(servers: str, topic: str, timeout: float = 60) -> list[dict[str, 
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         end = consumer.end_offsets(partitions)
-        out: list[dict[str, Any]] = []
+        out: list[Any] = []
         deadline = time.monotonic() + timeout
         while any(consumer.position(p) < end[p] for p in partitions):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic} did not reach its end offsets")
             for records in consumer.poll(timeout_ms=500).values():
-                for r in records:
-                    if r.value is not None:
-                        out.append({"key": json.loads(r.key), **json.loads(r.value)})
+                out.extend(records)
         return out
     finally:
         consumer.close()
+
+
+def _avro_readers(servers: str, prefix: str, timeout: float) -> dict[str, tuple[Any, Any]]:
+    """Writer schemas by table version, from the catalog topic alone."""
+    readers = {}
+    for record in _raw_records(servers, f"{prefix}._catalog", timeout):
+        entry = json.loads(record.value)
+        if entry.get("value_format") == "avro":
+            readers[entry["version"]] = (
+                fastavro.parse_schema(json.loads(entry["key_schema"])),
+                fastavro.parse_schema(json.loads(entry["value_schema"])))
+    return readers
+
+
+def _real_names(record: dict[str, Any] | None, schema: Any) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    fields = schema["fields"] if "fields" in schema else schema
+    return {f["pgcdc.column"]: record[f["name"]] for f in fields}
+
+
+def read_topic(servers: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every change of a table topic, in partition order, decoded as an independent consumer
+    would: JSON as it is, Avro with the writer schema the catalog topic gives its version.
+    Tombstones are checked (each follows a delete of its key) and left out."""
+    prefix = topic.split(".")[0]
+    readers: dict[str, tuple[Any, Any]] | None = None
+    out: list[dict[str, Any]] = []
+    for r in _raw_records(servers, topic, timeout):
+        if r.value is None:
+            assert out and out[-1]["op"] == "d" and out[-1]["_raw_key"] == r.key, "stray tombstone"
+            continue
+        headers = {k: v.decode() for k, v in r.headers}
+        if headers.get("pgcdc.format") == "avro":
+            if readers is None or headers["pgcdc.table_version"] not in readers:
+                readers = _avro_readers(servers, prefix, timeout)
+            key_schema, value_schema = readers[headers["pgcdc.table_version"]]
+            key = fastavro.schemaless_reader(io.BytesIO(r.key), key_schema, None)
+            value = fastavro.schemaless_reader(io.BytesIO(r.value), value_schema, None)
+            row_schema = value_schema["fields"][0]["type"][1]
+            value["before"] = _real_names(value["before"], row_schema)
+            value["after"] = _real_names(value["after"], row_schema)
+            key = _real_names(key, key_schema)
+        else:
+            key, value = json.loads(r.key), json.loads(r.value)
+        out.append({"key": key, "_raw_key": r.key, **value})
+    return out
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from decoder.change import ChangeEvent
+from decoder.pgoutput import LogicalMessage
 from snapshot_builder.catalog import TableVersion
 
 
@@ -15,6 +16,7 @@ class RecordingSink:
         self.events: list[ChangeEvent] = []
         self.tables: list[TableVersion] = []
         self.ends: list[int] = []
+        self.messages: list[tuple[LogicalMessage, int | None]] = []
         self._hold = hold
         self._durable: int | None = None
         self._pending: list[int] = []
@@ -26,6 +28,10 @@ class RecordingSink:
     def write(self, event: ChangeEvent) -> None:
         self.events.append(event)
         self.received.set()
+
+    def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
+                      xid: int | None) -> None:
+        self.messages.append((message, commit_lsn))
 
     def end_transaction(self, end_lsn: int) -> None:
         self.ends.append(end_lsn)

@@ -36,7 +36,8 @@ def test_demo_workload_lake_equals_source(pg_dsn: str, kafka_servers: str, topic
     everything = (spark.read.format("kafka")
                   .option("kafka.bootstrap.servers", kafka_servers)
                   .option("subscribePattern", table_topic_pattern(topic_prefix))
-                  .option("startingOffsets", "earliest").load())
+                  .option("startingOffsets", "earliest")
+                  .option("includeHeaders", "true").load())
     catalog = job.read_catalog(spark, config)
     for batch_id in (1000, 1000, 1001):
         apply_batch(spark, everything, batch_id, catalog=catalog, lake=lake, app_id="replay")

@@ -35,7 +35,8 @@ def _read_all(servers: str, topic: str, expected: int) -> list[Any]:
 def test_events_reach_kafka_keyed_ordered_and_described(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str) -> None:
     pg_conn.execute("CREATE TABLE items (a int, b text, qty int, PRIMARY KEY (a, b))")
-    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, partitions=3)
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, partitions=3,
+                     value_format="json")
     pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.items"]), sink)
     pipeline.prepare()
     with pg_conn.transaction():
@@ -52,8 +53,16 @@ def test_events_reach_kafka_keyed_ordered_and_described(
     assert info.confirmed_flush_lsn >= end
 
     expected = 20 + 3 * 20 + 5
-    records = _read_all(kafka_servers, topic_name(topic_prefix, "public", "items"), expected)
+    everything = _read_all(kafka_servers, topic_name(topic_prefix, "public", "items"),
+                           expected + 5)
+    assert len(everything) == expected + 5
+    records = [r for r in everything if r.value is not None]
     assert len(records) == expected
+    tombstones = [(i, r.key) for i, r in enumerate(everything) if r.value is None]
+    assert len(tombstones) == 5, "each delete is followed by a tombstone"
+    for i, key in tombstones:
+        previous = [r for r in everything[:i] if r.key == key][-1]
+        assert json.loads(previous.value)["op"] == "d"
     by_key: dict[tuple[int, str], list[tuple[int, int, str]]] = {}
     versions = set()
     for record in records:
@@ -89,6 +98,7 @@ def test_broker_outage_recreates_producer_without_loss(
     producer is recreated, and everything arrives once the broker is back."""
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
     sink = KafkaSink(kafka_broker.bootstrap_servers, topic_prefix=topic_prefix,
+                     value_format="json",
                      producer_config={"message.timeout.ms": 2000, "request.timeout.ms": 1000})
     pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.t"], status_interval=0.2,
                                        reconnect_attempts=30, reconnect_max_delay=2.0), sink)
@@ -137,3 +147,32 @@ def _run_into(pipeline: Pipeline, stop: threading.Event, errors: list[BaseExcept
         pipeline.run(stop=stop)
     except BaseException as exc:
         errors.append(exc)
+
+
+def test_transaction_metadata_and_logical_messages(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str) -> None:
+    pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_conn.execute("CREATE TABLE b (id int PRIMARY KEY)")
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, transaction_topic=True)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.a", "public.b"]), sink)
+    pipeline.prepare()
+    with pg_conn.transaction():
+        pg_conn.execute("INSERT INTO a VALUES (1), (2)")
+        pg_conn.execute("SELECT pg_logical_emit_message(true, 'app', 'in txn')")
+        pg_conn.execute("INSERT INTO b VALUES (1)")
+    pg_conn.execute("SELECT pg_logical_emit_message(false, 'app', 'alone')")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    sink.close()
+
+    txns = [json.loads(r.value) for r in _read_all(kafka_servers, sink.transaction_topic or "",
+                                                   2)]
+    assert [t["status"] for t in txns] == ["BEGIN", "END"]
+    assert txns[0]["id"] == txns[1]["id"]
+    assert txns[1]["event_count"] == 3
+    assert sorted((c["data_collection"], c["event_count"])
+                  for c in txns[1]["data_collections"]) == [("public.a", 2), ("public.b", 1)]
+
+    messages = [json.loads(r.value) for r in _read_all(kafka_servers, sink.messages_topic, 2)]
+    assert [(m["prefix"], m["transactional"], m["content"]) for m in messages] == [
+        ("app", True, "aW4gdHhu"), ("app", False, "YWxvbmU=")]
+    assert messages[0]["commit_lsn"] is not None and messages[1]["commit_lsn"] is None

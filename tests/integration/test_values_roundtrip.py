@@ -445,7 +445,8 @@ def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str) -> None:
     oids = {c.name: c.type_oid for c in table.columns}
     registry = load_types(pg_conn, oids.values())
 
-    # custom and undecoded types arrive as the server's text; the registry decodes that text
+    # the pipeline decodes custom types with a registry it loads itself: each value equals
+    # the server's text decoded by a registry loaded here (repr: NaN inside arrays)
     first, second = (e.after for e in sink.events)
     assert first is not None and second is not None
     assert all(v is None for k, v in second.items() if k != "id")
@@ -453,8 +454,8 @@ def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str) -> None:
     with _session(pg_dsn) as session:
         for name, oid in oids.items():
             if name != "id":
-                assert first[name] == _server_text(session, "custom", name)[1], name
-                got[name] = registry.decoder_for(oid)(first[name])
+                got[name] = registry.decoder_for(oid)(_server_text(session, "custom", name)[1])
+                assert repr(first[name]) == repr(got[name]), name
 
     # named as the stream names them (pgoutput names a domain by its base type: not "d")
     for name in ("m", "ms", "ds", "c", "cs", "fr", "fm", "pr", "p"):
