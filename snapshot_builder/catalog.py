@@ -30,10 +30,23 @@ class Column:
     type_name: str
     typmod: int
     is_key: bool
+    not_null: bool | None = None  # None: not known (a Relation message does not say)
+    default: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type_oid": self.type_oid, "type_name": self.type_name,
-                "typmod": self.typmod, "key": self.is_key}
+        out: dict[str, Any] = {"name": self.name, "type_oid": self.type_oid,
+                               "type_name": self.type_name, "typmod": self.typmod,
+                               "key": self.is_key}
+        if self.not_null is not None:
+            out["not_null"] = self.not_null
+        if self.default is not None:
+            out["default"] = self.default
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Column:
+        return cls(data["name"], int(data["type_oid"]), data["type_name"], int(data["typmod"]),
+                   bool(data["key"]), data.get("not_null"), data.get("default"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +56,20 @@ class TableVersion:
     name: str
     replica_identity: str
     columns: tuple[Column, ...]
+    comment: str | None = None
+    partition_parent: int | None = None
     layout: str = field(init=False)
     meta: str = field(init=False)
 
     def __post_init__(self) -> None:
         layout = [(c.name, c.type_oid, c.typmod) for c in self.columns]
-        meta = [self.schema, self.name, self.replica_identity,
-                [c.name for c in self.columns if c.is_key]]
+        meta: list[Any] = [self.schema, self.name, self.replica_identity,
+                           [c.name for c in self.columns if c.is_key]]
+        # what a Relation message cannot tell counts only where it is known (captured DDL)
+        extras = [[c.not_null, c.default] for c in self.columns]
+        if any(v is not None for pair in extras for v in pair) or self.comment is not None \
+                or self.partition_parent is not None:
+            meta += [extras, self.comment, self.partition_parent]
         object.__setattr__(self, "layout", _fingerprint(layout))
         object.__setattr__(self, "meta", _fingerprint(meta))
 
@@ -76,7 +96,28 @@ class TableVersion:
             "layout": self.layout,
             "replica_identity": self.replica_identity,
             "columns": [c.to_dict() for c in self.columns],
+            **({"comment": self.comment} if self.comment is not None else {}),
+            **({"partition_parent": self.partition_parent}
+               if self.partition_parent is not None else {}),
         }
+
+    def same_layout(self, other: TableVersion) -> bool:
+        """Equal columns, types, order, key and replica identity: what pgoutput describes."""
+        return (self.layout == other.layout and self.replica_identity == other.replica_identity
+                and [c.name for c in self.key_columns] == [c.name for c in other.key_columns])
+
+
+def table_from_dict(data: dict[str, Any]) -> TableVersion:
+    """The inverse of :meth:`TableVersion.to_dict`; the version is recomputed and checked."""
+    table = TableVersion(int(data["oid"]), data["schema"], data["name"],
+                         data["replica_identity"],
+                         tuple(Column.from_dict(c) for c in data["columns"]),
+                         data.get("comment"), data.get("partition_parent"))
+    if "version" in data and data["version"] != table.version:
+        msg = (f"table {data['schema']}.{data['name']} was stored as version {data['version']} "
+               f"but its definition gives {table.version}")
+        raise ValueError(msg)
+    return table
 
 
 def _fingerprint(obj: object) -> str:
