@@ -14,8 +14,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
+
+if TYPE_CHECKING:
+    from sinks.sink import Sink
 
 EXIT_DIFFERS = 1
 EXIT_USAGE = 2
@@ -74,6 +78,35 @@ def _parser() -> argparse.ArgumentParser:
                      help="where the durable position is stored and checked against the slot "
                           "at start (default ~/.local/state/pgcdc/<slot>.json)")
 
+    run.add_argument("--initial-load", action="store_true",
+                     help="if the slot does not exist yet, create it with an exported snapshot "
+                          "and load every published table first (an interrupted load resumes)")
+    _add_load_options(run)
+
+    snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
+                                               "every published table as read events, and exit "
+                                               "(run it again to resume an interrupted load)")
+    snapshot.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None,
+                          help="PostgreSQL connection string (a role with REPLICATION)")
+    snapshot.add_argument("--slot", default=_env("SLOT", "pgcdc"))
+    snapshot.add_argument("--publication", default=_env("PUBLICATION", "pgcdc"))
+    snapshot.add_argument("--tables", default=_env("TABLES"),
+                          help="comma-separated schema.table list for a publication pgcdc "
+                               "creates")
+    snapshot.add_argument("--sink", choices=["kafka", "jsonl", "null"],
+                          default=_env("SINK", "kafka"))
+    snapshot.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"))
+    snapshot.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
+    snapshot.add_argument("--format", choices=["avro", "json"], default=_env("FORMAT", "avro"),
+                          help="Kafka value format (default avro)")
+    snapshot.add_argument("--output", default=_env("OUTPUT", "-"),
+                          help="file for --sink jsonl (default stdout)")
+    snapshot.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
+                          help="the slot's streaming progress: a new slot refuses to replace "
+                               "stored progress (default ~/.local/state/pgcdc/<slot>.json)")
+    snapshot.set_defaults(no_tombstones=False, transaction_topic=False)
+    _add_load_options(snapshot)
+
     spark = sub.add_parser("spark", help="apply the change topics to Delta tables "
                                          "(Spark Structured Streaming)")
     spark.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"),
@@ -92,6 +125,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--load-state", type=Path, default=_env("LOAD_STATE"),
+                        help="the initial load's state, for resuming it "
+                             "(default ~/.local/state/pgcdc/<slot>.load.json)")
+    parser.add_argument("--readers", type=int, default=int(_env("READERS", "4") or 4),
+                        help="connections reading tables in parallel (default 4)")
+    parser.add_argument("--chunk-pages", type=int, default=int(_env("CHUNK_PAGES", "1024") or 1024),
+                        help="pages per chunk, the unit of resuming (default 1024)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
@@ -101,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "snapshot":
+            return _snapshot(args)
         return _spark(args)
     except ConfigError as exc:
         print(f"pgcdc: {exc}", file=sys.stderr)
@@ -124,8 +169,28 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pgcdc.pipeline import Pipeline, PipelineConfig
-    from sinks.sink import Sink
 
+    sink = _sink(args)
+    tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
+    progress_file = args.progress_file or (
+        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.json")
+    if args.initial_load and not _initial_load(args, sink, tables, Path(progress_file)):
+        sink.close()  # stopped during the load: nothing to stream yet
+        return 0
+    pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
+                                       tables=tables, progress_file=Path(progress_file)), sink)
+    pipeline.prepare()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        pipeline.run(stop=stop)
+    finally:
+        sink.close()
+    return 0
+
+
+def _sink(args: argparse.Namespace) -> Sink:
     sink: Sink
     if args.sink == "kafka":
         if not args.bootstrap_servers:
@@ -144,20 +209,50 @@ def _run(args: argparse.Namespace) -> int:
         from sinks.null import NullSink
 
         sink = NullSink()
+    return sink
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    sink = _sink(args)
     tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
     progress_file = args.progress_file or (
         Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.json")
-    pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
-                                       tables=tables, progress_file=Path(progress_file)), sink)
-    pipeline.prepare()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
-        pipeline.run(stop=stop)
+        complete = _initial_load(args, sink, tables, Path(progress_file))
     finally:
         sink.close()
+    if not complete:
+        print("pgcdc: the initial load was interrupted; run the same command again to resume it",
+              file=sys.stderr)
+        return EXIT_TRANSIENT
     return 0
+
+
+def _initial_load(args: argparse.Namespace, sink: Sink, tables: list[str] | None,
+                  progress_file: Path) -> bool:
+    """Load (or resume loading) the slot's tables; progress and a summary go to stderr.
+    For ``run``, only when the slot does not exist yet or its load is unfinished."""
+    from snapshot_builder.initial_load import InitialLoad, LoadConfig
+
+    state_file = args.load_state or (
+        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.load.json")
+    load = InitialLoad(LoadConfig(args.dsn, Path(state_file), slot=args.slot,
+                                  publication=args.publication, tables=tables,
+                                  readers=args.readers, chunk_pages=args.chunk_pages,
+                                  progress_file=progress_file), sink)
+    if args.command == "run" and not load.pending():
+        return True
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = load.run(stop=stop, on_progress=lambda p: print(
+            "\n".join(p.lines()), file=sys.stderr, flush=True))
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    print("\n".join(summary.lines()), file=sys.stderr, flush=True)
+    return summary.complete
 
 
 def _spark(args: argparse.Namespace) -> int:

@@ -25,13 +25,20 @@ POINTS: Final = (
     "after_status_update",  # the flush LSN was sent to PostgreSQL
 )
 
+# the initial load's fail points; apart from POINTS, which the streaming crash test runs through
+LOAD_POINTS: Final = (
+    "after_load_plan",  # the slot and the load's plan are stored, no read event written yet
+    "after_snapshot_chunk",  # a chunk is durable in the sink and recorded done in the state file
+)
+
 
 def _parse(spec: str) -> tuple[str, int] | None:
     if not spec:
         return None
     name, _, count = spec.partition(":")
-    if name not in POINTS:
-        msg = f"PGCDC_FAIL_POINT={spec!r}: unknown fail point; known: {', '.join(POINTS)}"
+    if name not in POINTS + LOAD_POINTS:
+        msg = (f"PGCDC_FAIL_POINT={spec!r}: unknown fail point; "
+               f"known: {', '.join(POINTS + LOAD_POINTS)}")
         raise ValueError(msg)
     return name, int(count or 1)
 

@@ -46,7 +46,10 @@ from pgcdc import failpoints
 from pgcdc.progress import ProgressStore, StoredProgress, check_against_slot
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
-from snapshot_builder.catalog import RelationCatalog, TableVersion
+from snapshot_builder import ddl
+from snapshot_builder.builder import BuilderState, SnapshotBuilder
+from snapshot_builder.catalog import TableVersion
+from snapshot_builder.history import CatalogHistory, HistoryFile
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ class PipelineConfig:
     reconnect_attempts: int = 10
     reconnect_max_delay: float = 30.0
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
+    catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
+    capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)
 
 
 @dataclass
@@ -112,11 +117,12 @@ class Pipeline:
     def __init__(self, config: PipelineConfig, sink: Sink) -> None:
         self.config = config
         self.sink = sink
-        self.catalog = RelationCatalog()
+        self.builder = SnapshotBuilder()
         self.progress = Progress()
         self.pending = PendingTransactions(memory_limit=config.spill_memory,
                                            directory=config.spill_directory)
-        self._decoders: dict[int, RowDecoder] = {}
+        # the table version and row decoder the next change of each table uses
+        self._decoders: dict[int, tuple[TableVersion, RowDecoder]] = {}
         self._txn: _OpenTransaction | None = None
         self._stream: Spill | None = None  # inside a Stream Start .. Stream Stop block
         self._preparing: Spill | None = None  # between Begin Prepare and Prepare
@@ -129,6 +135,7 @@ class Pipeline:
         self._types = TypeRegistry()
         self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stored = -1
+        self._attach_xmax = 0
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -146,10 +153,48 @@ class Pipeline:
                 self._stored = stored.durable_lsn if stored else -1
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
+            existed = slot_info(conn, cfg.slot) is not None
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
+            self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
         self._two_phase = info.two_phase
         self._flushed = info.confirmed_flush_lsn or 0
         self.progress.durable_lsn = self._flushed
+
+    def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,
+                       lsn: int) -> None:
+        """Load or begin the catalog history and choose the builder's starting state."""
+        cfg = self.config
+        capture = False
+        if cfg.capture_ddl:
+            if not ddl.installed(conn):
+                try:
+                    ddl.install(conn)
+                except ddl.DdlCaptureError as exc:
+                    log.warning("%s", exc)
+            capture = ddl.installed(conn)
+        history = HistoryFile(cfg.catalog_dir).load() if cfg.catalog_dir else CatalogHistory()
+        self.builder = SnapshotBuilder(history)
+        if history.latest.version > 0:
+            self.builder.resume()
+            return
+        baseline = ddl.baseline(conn, cfg.publication) if capture else []
+        if not slot_existed:
+            self.builder.start_consistent(baseline, lsn)
+            return
+        row = conn.execute("SELECT pg_snapshot_xip(pg_current_snapshot())::text::bigint")\
+            .fetchall()
+        running = [int(str(r[0])) for r in row]
+        self._attach_xmax = max(running, default=0)
+        self.builder.attach(baseline, lsn, frozenset(x & 0xFFFFFFFF for x in running))
+
+    def _check_running_finished(self) -> None:
+        """FULL_SNAPSHOT ends once every transaction running at attach has finished."""
+        if self._catalog_conn is None or self._catalog_conn.closed:
+            self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
+        row = self._catalog_conn.execute(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
+        if row is not None and int(str(row[0])) > self._attach_xmax:
+            self.builder.running_finished()
 
     def _identify(self) -> tuple[str, str]:
         """The system identifier and database name, from IDENTIFY_SYSTEM."""
@@ -248,6 +293,7 @@ class Pipeline:
         # A keepalive of the old session may point past transactions that the new
         # session has yet to resend: trusting it would confirm them unsent.
         self._keepalive_end = 0
+        self.builder.rollback()
         self._txn = None
         self._stream = None
         self._preparing = None
@@ -285,15 +331,16 @@ class Pipeline:
     def _on_meta(self, message: pg.Message, lsn: int) -> None:
         """Relation, Type, Truncate, Origin and logical messages, streamed or not."""
         if isinstance(message, pg.Relation):
-            table, new = self.catalog.observe(message)
-            if new or message.oid not in self._decoders:
-                self.sink.publish_table(table, lsn)
-                self._decoders[message.oid] = RowDecoder(table, self._type_lookup(table))
+            self._describe(self.builder.on_relation(
+                message, xid=self._txn.xid if self._txn else None), lsn)
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
                 self._emit(TRUNCATE, self._table(oid), None, None, (), lsn)
         elif isinstance(message, pg.Type):
-            self.catalog.observe_type(message)
+            self.builder.on_type(message)
+        elif isinstance(message, pg.LogicalMessage) and message.prefix == ddl.PREFIX:
+            if message.transactional and self._txn is not None:
+                self._on_ddl(message, lsn)
         elif isinstance(message, pg.LogicalMessage):
             if message.prefix != HEARTBEAT_PREFIX:
                 txn = self._txn if message.transactional else None
@@ -367,7 +414,26 @@ class Pipeline:
                 spill.discard()
         self._end(end_lsn)
 
+    def _describe(self, table: TableVersion, lsn: int) -> None:
+        """From here on, changes of this table decode with this version."""
+        current = self._decoders.get(table.oid)
+        if current is None or current[0].version != table.version:
+            self.sink.publish_table(table, lsn)
+            self._decoders[table.oid] = (table, RowDecoder(table, self._type_lookup(table)))
+
+    def _on_ddl(self, message: pg.LogicalMessage, lsn: int) -> None:
+        """Captured DDL: the open transaction's next changes use the new definition."""
+        changed = self.builder.on_ddl(message.content)
+        if changed is None:
+            return
+        if changed.oid in self._decoders:  # a published table the stream already uses
+            self._describe(changed, lsn)
+
     def _end(self, end_lsn: int) -> None:
+        if self._txn is not None:
+            # persisted before the sink sees the commit: no event is acknowledged before
+            # the catalog version it needs is durable
+            self.builder.commit(self._txn.commit_lsn, self._txn.commit_time)
         self.sink.end_transaction(end_lsn)
         self._txn = None
         self.progress.transactions += 1
@@ -383,15 +449,17 @@ class Pipeline:
         return self._types.decoder_for
 
     def _table(self, oid: int) -> TableVersion:
-        table = self.catalog.table(oid)
-        if table is None:
+        return self._current(oid)[0]
+
+    def _current(self, oid: int) -> tuple[TableVersion, RowDecoder]:
+        current = self._decoders.get(oid)
+        if current is None:
             msg = f"change for relation {oid} before its Relation message"
             raise DecodeError(msg, tag=None, offset=0)
-        return table
+        return current
 
     def _change(self, message: pg.Insert | pg.Update | pg.Delete, lsn: int) -> None:
-        table = self._table(message.relation_oid)
-        decoder = self._decoders[message.relation_oid]
+        table, decoder = self._current(message.relation_oid)
         failpoints.hit("after_decode")
         if isinstance(message, pg.Insert):
             after, unchanged = decoder.decode(message.new)
@@ -438,6 +506,8 @@ class Pipeline:
             return
         self._last_status = now
         self.progress.durable_lsn = self._flushed
+        if self.builder.state is BuilderState.FULL_SNAPSHOT:
+            self._check_running_finished()
         if self._store is not None and self._flushed > self._stored:
             failpoints.hit("before_progress_store")
             system_id, database = self._identity

@@ -1,0 +1,182 @@
+"""The time-travel catalog on a real server: DDL captured in the WAL, interleaved with DML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from decoder.slot import current_wal_lsn
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from snapshot_builder.builder import BuilderState, CatalogMismatchError
+from tests.recording_sink import RecordingSink
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def _pipeline(dsn: str, sink: RecordingSink, tables: list[str], **options: object) -> Pipeline:
+    config = PipelineConfig(dsn, tables=tables, status_interval=0.2)
+    for key, value in options.items():
+        setattr(config, key, value)
+    pipeline = Pipeline(config, sink)
+    pipeline.prepare()
+    return pipeline
+
+
+def _cols(event: object) -> list[str]:
+    return [c.name for c in event.table.columns]  # type: ignore[attr-defined]
+
+
+def test_ddl_and_dml_in_one_transaction(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    assert pipeline.builder.state is BuilderState.CONSISTENT
+    before_ddl = current_wal_lsn(pg_conn)
+    with pg_conn.transaction():
+        pg_conn.execute("INSERT INTO t VALUES (1, 'old')")
+        pg_conn.execute("ALTER TABLE t ADD COLUMN n int NOT NULL DEFAULT 7")
+        pg_conn.execute("COMMENT ON TABLE t IS 'has n now'")
+        pg_conn.execute("INSERT INTO t VALUES (2, 'new', 8)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+
+    first, second = sink.events
+    assert _cols(first) == ["id", "v"] and first.after == {"id": 1, "v": "old"}
+    assert _cols(second) == ["id", "v", "n"] and second.after == {"id": 2, "v": "new", "n": 8}
+    assert first.table.version != second.table.version
+    assert first.commit_lsn == second.commit_lsn
+    history = pipeline.builder.history
+    old = history.table_at(first.table.oid, before_ddl)
+    new = history.table_at(first.table.oid, first.commit_lsn)
+    assert old is not None and [c.name for c in old.columns] == ["id", "v"]
+    assert new is not None and new.comment == "has n now"
+    assert new.columns[2].not_null is True and new.columns[2].default == "7"
+    assert second.table == history.table_at(first.table.oid, first.commit_lsn) or \
+        second.table.layout == new.layout
+
+
+def test_ddl_in_a_rolled_back_subtransaction_disappears(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    start_version = pipeline.builder.history.latest.version
+    with pg_conn.transaction():
+        pg_conn.execute("SAVEPOINT s")
+        pg_conn.execute("ALTER TABLE t ADD COLUMN gone text")
+        pg_conn.execute("ROLLBACK TO SAVEPOINT s")
+        pg_conn.execute("INSERT INTO t VALUES (1)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [_cols(e) for e in sink.events] == [["id"]]
+    assert pipeline.builder.history.latest.version == start_version
+
+
+def test_ddl_inside_a_streamed_transaction(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+    pg_conn.execute("CREATE TABLE u (id int PRIMARY KEY, pad text)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t", "public.u"], decoding_work_mem="64kB",
+                         spill_memory=16 << 10)
+    with psycopg.connect(pg_dsn) as long, psycopg.connect(pg_dsn, autocommit=True) as short:
+        long.execute("INSERT INTO t SELECT g, repeat('a', 100) FROM generate_series(1, 2000) g")
+        long.execute("ALTER TABLE t ADD COLUMN extra int")
+        short.execute("INSERT INTO u VALUES (-1, 'short')")  # commits first (t is locked)
+        long.execute("INSERT INTO t SELECT g, 'b', g FROM generate_series(2001, 4000) g")
+        long.commit()
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert pipeline.progress.streamed_transactions >= 1
+    assert sink.events[0].key == {"id": -1} and _cols(sink.events[0]) == ["id", "pad"]
+    long_events = sink.events[1:]
+    assert [_cols(e) for e in long_events[:2000]] == [["id", "pad"]] * 2000
+    assert [_cols(e) for e in long_events[2000:]] == [["id", "pad", "extra"]] * 2000
+    assert long_events[-1].after == {"id": 4000, "pad": "b", "extra": 4000}
+
+
+def test_rename_retype_drop_and_recreate(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    sink = RecordingSink()
+    pg_conn.execute("CREATE PUBLICATION pgcdc FOR ALL TABLES")
+    pipeline = _pipeline(pg_dsn, sink, [], create_publication=False)
+    pg_conn.execute("INSERT INTO t VALUES (1, 1)")
+    pg_conn.execute("ALTER TABLE t RENAME TO t2")
+    pg_conn.execute("INSERT INTO t2 VALUES (2, 2)")
+    pg_conn.execute("ALTER TABLE t2 ALTER COLUMN v TYPE bigint")
+    pg_conn.execute("INSERT INTO t2 VALUES (3, 3)")
+    pg_conn.execute("DROP TABLE t2")
+    pg_conn.execute("CREATE TABLE t2 (id int PRIMARY KEY, v bigint)")
+    pg_conn.execute("INSERT INTO t2 VALUES (4, 4)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    a, b, c, d = (e.table for e in sink.events)
+    assert (a.name, b.name, c.name, d.name) == ("t", "t2", "t2", "t2")
+    assert a.oid == b.oid == c.oid != d.oid, "a rename keeps identity, drop-and-create does not"
+    assert a.layout == b.layout and a.meta != b.meta
+    assert b.layout != c.layout and c.columns[1].type_oid == 20
+    assert c.layout == d.layout  # identical definitions, identical layout
+    history = pipeline.builder.history
+    assert history.latest.table(a.oid) is None  # dropped
+    assert history.table_at(a.oid, sink.events[2].commit_lsn) == c
+
+
+def test_enum_value_added(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, m mood)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    pg_conn.execute("INSERT INTO t VALUES (1, 'ok')")
+    pg_conn.execute("ALTER TYPE mood ADD VALUE 'happy'")
+    pg_conn.execute("INSERT INTO t VALUES (2, 'happy')")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.after["m"] for e in sink.events if e.after] == ["ok", "happy"]
+    assert sink.events[0].table.version == sink.events[1].table.version
+
+
+def test_restart_between_ddl_and_the_next_dml(pg_conn: Conn, pg_dsn: str,
+                                              tmp_path: Path) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    first = RecordingSink()
+    pipeline = _pipeline(pg_dsn, first, ["public.t"], catalog_dir=tmp_path / "catalog")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN v text")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert first.events == []
+    versions = pipeline.builder.history.latest.version
+
+    second = RecordingSink()
+    restarted = _pipeline(pg_dsn, second, ["public.t"], catalog_dir=tmp_path / "catalog")
+    assert restarted.builder.state is BuilderState.CONSISTENT
+    assert restarted.builder.history.latest.version == versions
+    pg_conn.execute("INSERT INTO t VALUES (1, 'x')")
+    restarted.run(until_lsn=current_wal_lsn(pg_conn))
+    (event,) = second.events
+    assert _cols(event) == ["id", "v"] and event.after == {"id": 1, "v": "x"}
+    assert event.table == restarted.builder.history.latest.table(event.table.oid)
+
+
+def test_attach_to_a_slot_created_elsewhere_with_open_transactions(
+        pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    pg_conn.execute("CREATE PUBLICATION pgcdc FOR TABLE t")
+    pg_conn.execute("SELECT pg_create_logical_replication_slot('pgcdc', 'pgoutput', false, true)")
+    with psycopg.connect(pg_dsn) as open_txn:
+        open_txn.execute("INSERT INTO t VALUES (1)")  # running while pgcdc attaches
+        sink = RecordingSink()
+        pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+        assert pipeline.builder.state is BuilderState.FULL_SNAPSHOT
+        open_txn.commit()
+    pg_conn.execute("INSERT INTO t VALUES (2)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.key for e in sink.events] == [{"id": 1}, {"id": 2}]
+    assert pipeline.builder.state is BuilderState.CONSISTENT
+
+
+def test_ddl_without_the_trigger_is_an_error_not_a_guess(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    pg_conn.execute("ALTER EVENT TRIGGER pgcdc_ddl DISABLE")
+    try:
+        pg_conn.execute("ALTER TABLE t ADD COLUMN sneaky int")
+        pg_conn.execute("INSERT INTO t VALUES (1, 1)")
+        with pytest.raises(CatalogMismatchError, match="without the pgcdc event trigger"):
+            pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    finally:
+        pg_conn.execute("ALTER EVENT TRIGGER pgcdc_ddl ENABLE")
