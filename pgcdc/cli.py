@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="where the durable position is stored and checked against the slot "
                           "at start (default ~/.local/state/pgcdc/<slot>.json)")
 
+    _catalog_option(run)
     run.add_argument("--initial-load", action="store_true",
                      help="if the slot does not exist yet, create it with an exported snapshot "
                           "and load every published table first (an interrupted load resumes)")
@@ -104,8 +105,23 @@ def _parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
                           help="the slot's streaming progress: a new slot refuses to replace "
                                "stored progress (default ~/.local/state/pgcdc/<slot>.json)")
+    _catalog_option(snapshot)
     snapshot.set_defaults(no_tombstones=False, transaction_topic=False)
     _add_load_options(snapshot)
+
+    status = sub.add_parser("status", help="the slot, its lag, stored progress and the "
+                                           "catalog version")
+    status.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None)
+    status.add_argument("--slot", default=_env("SLOT", "pgcdc"))
+    status.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"))
+    _catalog_option(status)
+
+    catalog = sub.add_parser("catalog", help="the time-travel catalog: show | history | diff")
+    catalog.add_argument("action", choices=["show", "history", "diff"])
+    catalog.add_argument("--slot", default=_env("SLOT", "pgcdc"))
+    catalog.add_argument("--at", help="an LSN as X/Y (show: that version; diff: from there)")
+    catalog.add_argument("--to", help="diff: to this LSN (default: the latest version)")
+    _catalog_option(catalog)
 
     spark = sub.add_parser("spark", help="apply the change topics to Delta tables "
                                          "(Spark Structured Streaming)")
@@ -135,6 +151,21 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                         help="pages per chunk, the unit of resuming (default 1024)")
 
 
+def _catalog_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalog-dir", type=Path, default=_env("CATALOG_DIR"),
+                        help="the persisted catalog history "
+                             "(default ~/.local/state/pgcdc/<slot>.catalog)")
+
+
+def _state_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """Stored progress and the catalog history: where the options say, or per slot."""
+    state = Path.home() / ".local" / "state" / "pgcdc"
+    progress = Path(args.progress_file) if getattr(args, "progress_file", None) \
+        else state / f"{args.slot}.json"
+    catalog = Path(args.catalog_dir) if args.catalog_dir else state / f"{args.slot}.catalog"
+    return progress, catalog
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
@@ -144,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             return _demo(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "status":
+            return _status(args)
+        if args.command == "catalog":
+            return _catalog(args)
         if args.command == "snapshot":
             return _snapshot(args)
         return _spark(args)
@@ -177,8 +212,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.initial_load and not _initial_load(args, sink, tables, Path(progress_file)):
         sink.close()  # stopped during the load: nothing to stream yet
         return 0
+    _, catalog_dir = _state_paths(args)
     pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
-                                       tables=tables, progress_file=Path(progress_file)), sink)
+                                       tables=tables, progress_file=Path(progress_file),
+                                       catalog_dir=catalog_dir), sink)
     pipeline.prepare()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -253,6 +290,39 @@ def _initial_load(args: argparse.Namespace, sink: Sink, tables: list[str] | None
             signal.signal(sig, handler)
     print("\n".join(summary.lines()), file=sys.stderr, flush=True)
     return summary.complete
+
+
+def _status(args: argparse.Namespace) -> int:
+    from pgcdc.status import render, status_report
+
+    progress_file, catalog_dir = _state_paths(args)
+    print(render(status_report(args.dsn, args.slot, progress_file, catalog_dir)))
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from decoder.lsn import parse_lsn
+    from pgcdc import catalog_view
+    from snapshot_builder.history import HistoryFile
+
+    _, catalog_dir = _state_paths(args)
+    if not catalog_dir.exists():
+        msg = f"no catalog history in {catalog_dir}: run pgcdc first, or pass --catalog-dir"
+        raise ConfigError(msg)
+    history = HistoryFile(catalog_dir).load()
+    if args.action == "history":
+        print(catalog_view.history_lines(history))
+    elif args.action == "show":
+        at = history.catalog_at(parse_lsn(args.at)) if args.at else history.latest
+        print(catalog_view.show(at))
+    else:
+        if not args.at:
+            msg = "catalog diff needs --at LSN (and optionally --to LSN)"
+            raise ConfigError(msg)
+        before = history.catalog_at(parse_lsn(args.at))
+        after = history.catalog_at(parse_lsn(args.to)) if args.to else history.latest
+        print(catalog_view.diff(before, after))
+    return 0
 
 
 def _spark(args: argparse.Namespace) -> int:

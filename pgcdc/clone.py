@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from streaming.apply import quote, table_path
+from streaming.apply import table_path
+from streaming.evolution import quote
 from streaming.schema import ColumnSpec, TableSpec
 
 CanonicalRow = tuple[str | None, ...]

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from streaming.evolution import evolve, quote
 from streaming.schema import CatalogLog, TableSpec
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,6 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 class CatalogMismatchError(Exception):
     """An event names a table version the catalog log does not hold."""
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def table_path(lake: str, spec: TableSpec) -> str:
@@ -169,22 +166,8 @@ def latest_per_key(rows: Any, spec: TableSpec) -> Any:
 
 
 def ensure_table(spark: Any, path: str, spec: TableSpec) -> Any:
-    """The Delta table at ``path``, created or widened to ``spec``'s columns."""
-    from delta.tables import DeltaTable
-
-    columns = [(c.name, c.spark_type) for c in spec.columns] + [(m, "BIGINT") for m in META_COLUMNS]
-    if not DeltaTable.isDeltaTable(spark, path):
-        ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
-        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(path)} ({ddl}) USING DELTA")
-        return DeltaTable.forPath(spark, path)
-    table = DeltaTable.forPath(spark, path)
-    present = set(table.toDF().columns)
-    added = [(n, t) for n, t in columns if n not in present]
-    if added:
-        ddl = ", ".join(f"{quote(n)} {t}" for n, t in added)
-        spark.sql(f"ALTER TABLE delta.{quote(path)} ADD COLUMNS ({ddl})")
-        log.info("added columns %s to %s", [n for n, _ in added], path)
-    return table
+    """The Delta table at ``path``, created or evolved to ``spec``'s columns."""
+    return evolve(spark, path, spec, META_COLUMNS)
 
 
 def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,

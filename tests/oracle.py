@@ -215,7 +215,8 @@ class PgcdcProcess:
     def __init__(self, dsn: str, servers: str, prefix: str, progress: Path) -> None:
         self.argv = [sys.executable, "-m", "pgcdc", "run", "--dsn", dsn, "--sink", "kafka",
                      "--bootstrap-servers", servers, "--topic-prefix", prefix,
-                     "--tables", "public.ledger", "--progress-file", str(progress)]
+                     "--tables", "public.ledger", "--progress-file", str(progress),
+                     "--catalog-dir", str(progress.with_suffix(".catalog"))]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, fail_point: str | None = None) -> None:

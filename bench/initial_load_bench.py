@@ -1,0 +1,236 @@
+"""The initial-load benchmark: ``pgcdc snapshot`` into Kafka against ``COPY ... TO STDOUT``.
+
+One throwaway PostgreSQL and one throwaway Kafka broker (``pgcdc.services``), or
+existing ones (``--dsn``, ``--bootstrap-servers``).  Two tables, generated
+server-side (``--rows`` in all, three quarters in the first):
+
+* ``bench_orders``: bigint key, numeric, timestamptz, text, jsonb, int[] and an
+  enum column (the decoder benchmark's shape);
+* ``bench_customers``: int key, two text columns, a date and a boolean.
+
+Then, in the same run, one after the other:
+
+(a) the ceiling: ``COPY <table> TO STDOUT`` (text format) of each table through
+    psycopg, the blocks read and dropped, one connection per table in turn;
+(b) the same ``COPY`` split into ctid chunks over ``--readers`` connections in
+    parallel, the blocks dropped (what the load's readers could fetch at most);
+(c) the initial load into :class:`~sinks.null.NullSink`: COPY, parse and decode
+    to typed read events, nothing encoded (where the decoding alone stands);
+(d) the initial load into Kafka (:class:`~sinks.kafka.KafkaSink`, ``--format``),
+    from slot creation until every event is acknowledged (``acks=all``).
+
+Each load creates its own slot with an exported snapshot.  Rates are rows per
+second of wall time.  The target is (d) >= 0.5 x (a).  Nothing is asserted: the
+script measures, prints a table and a Markdown snippet, and says whether the
+target is met.
+
+From the repository root::
+
+    python -m bench.initial_load_bench                 # 1,000,000 rows
+    python -m bench.initial_load_bench --rows 200000   # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import resource
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgcdc.services.kafka import KafkaBroker
+from pgcdc.services.postgres import PostgresServer
+from sinks.kafka import KafkaSink
+from sinks.null import NullSink
+from sinks.sink import Sink
+from snapshot_builder.initial_load import InitialLoad, LoadConfig
+
+log = logging.getLogger("bench.initial_load_bench")
+
+TABLES = ("bench_orders", "bench_customers")
+
+
+@dataclass
+class Measure:
+    name: str
+    rows: int
+    seconds: float
+    cpu: float  # user + system seconds of this process
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(name: str, rows: int, work: Callable[[], object]) -> Measure:
+    cpu, start = _cpu(), time.perf_counter()
+    work()
+    measure = Measure(name, rows, time.perf_counter() - start, _cpu() - cpu)
+    log.info("%s: %d rows in %.2f s (%.0f rows/s)", name, rows, measure.seconds, measure.rate)
+    return measure
+
+
+def create_tables(dsn: str, rows: int) -> dict[str, int]:
+    orders, customers = rows * 3 // 4, rows - rows * 3 // 4
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TYPE bench_state AS ENUM ('new', 'paid', 'shipped')")
+        conn.execute("""CREATE TABLE bench_orders (id bigint PRIMARY KEY, amount numeric(12,2),
+                        at timestamptz, note text, doc jsonb, items int[], state bench_state)""")
+        conn.execute("""INSERT INTO bench_orders
+                        SELECT g, g * 1.25, '2024-01-01'::timestamptz + g * interval '1 s',
+                               'order ' || g || repeat(' x', g %% 20),
+                               jsonb_build_object('n', g, 'tag', 't' || g %% 7),
+                               ARRAY[g %% 10, g %% 100, g %% 1000],
+                               (ARRAY['new', 'paid', 'shipped'])[g %% 3 + 1]::bench_state
+                          FROM generate_series(1, %s) g""", (orders,))
+        conn.execute("""CREATE TABLE bench_customers (id int PRIMARY KEY, name text,
+                        email text, since date, active bool)""")
+        conn.execute("""INSERT INTO bench_customers
+                        SELECT g, 'customer ' || g, 'c' || g || '@example.com',
+                               '2020-01-01'::date + g %% 1500, g %% 2 = 0
+                          FROM generate_series(1, %s) g""", (customers,))
+        conn.execute("CREATE PUBLICATION bench FOR TABLE bench_orders, bench_customers")
+        conn.execute("VACUUM ANALYZE bench_orders, bench_customers")
+    return {"bench_orders": orders, "bench_customers": customers}
+
+
+def copy_sequential(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        for table in TABLES:
+            with cur.copy(sql.SQL("COPY {} TO STDOUT").format(sql.Identifier(table))) as copy:
+                for _block in copy:
+                    pass
+
+
+def copy_parallel(dsn: str, readers: int, chunk_pages: int) -> None:
+    chunks: list[tuple[str, int, int | None]] = []
+    with psycopg.connect(dsn) as conn:
+        for table in TABLES:
+            row = conn.execute("SELECT pg_relation_size(%s::regclass) / "
+                               "current_setting('block_size')::int", (table,)).fetchone()
+            assert row is not None
+            pages = int(row[0])
+            starts = list(range(0, pages, chunk_pages)) or [0]
+            chunks += [(table, s, s + chunk_pages) for s in starts[:-1]] + [(table, starts[-1],
+                                                                             None)]
+    lock = threading.Lock()
+
+    def work() -> None:
+        with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+            while True:
+                with lock:
+                    if not chunks:
+                        return
+                    table, start, end = chunks.pop()
+                where = f"ctid >= '({start},0)'" + (f" AND ctid < '({end},0)'" if end else "")
+                query = sql.SQL("COPY (SELECT * FROM {} WHERE {}) TO STDOUT").format(
+                    sql.Identifier(table), sql.SQL(where))
+                with cur.copy(query) as copy:
+                    for _block in copy:
+                        pass
+
+    threads = [threading.Thread(target=work) for _ in range(readers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def initial_load(dsn: str, sink: Sink, slot: str, state: Path, readers: int,
+                 chunk_pages: int) -> int:
+    load = InitialLoad(LoadConfig(dsn, state, slot=slot, publication="bench", readers=readers,
+                                  chunk_pages=chunk_pages, capture_ddl=False), sink)
+    summary = load.run()
+    sink.close()
+    assert summary.complete
+    return summary.progress.rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--chunk-pages", type=int, default=1024)
+    parser.add_argument("--format", choices=["avro", "json"], default="avro")
+    parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
+    parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: a throwaway one)")
+    parser.add_argument("--only", default="a,b,c,d", help="which measurements, e.g. a,d")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    only = set(args.only.split(","))
+    server = broker = None
+    work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-"))
+    try:
+        dsn = args.dsn
+        if dsn is None:
+            server = PostgresServer(settings={"shared_buffers": "512MB"}).start()
+            dsn = server.dsn()
+        servers = args.bootstrap_servers
+        if servers is None and "d" in only:
+            broker = KafkaBroker().start()
+            servers = broker.bootstrap_servers
+        rows = create_tables(dsn, args.rows)
+        total = sum(rows.values())
+        copy_sequential(dsn)  # warm the cache: every measurement reads from memory
+        results: dict[str, Measure] = {}
+        if "a" in only:
+            results["a"] = _timed("(a) COPY TO STDOUT, one connection", total,
+                                  lambda: copy_sequential(dsn))
+        if "b" in only:
+            results["b"] = _timed(f"(b) COPY TO STDOUT, {args.readers} connections, ctid chunks",
+                                  total, lambda: copy_parallel(dsn, args.readers, args.chunk_pages))
+        if "c" in only:
+            results["c"] = _timed("(c) initial load into NullSink (decode only)", total,
+                                  lambda: initial_load(dsn, NullSink(), "bench_null",
+                                                       work / "null.json", args.readers,
+                                                       args.chunk_pages))
+        if "d" in only:
+            assert servers is not None
+            sink = KafkaSink(servers, topic_prefix="bench", value_format=args.format)
+            results["d"] = _timed(f"(d) initial load into Kafka ({args.format})", total,
+                                  lambda: initial_load(dsn, sink, "bench_kafka",
+                                                       work / "kafka.json", args.readers,
+                                                       args.chunk_pages))
+        report(results, args, total)
+    finally:
+        if broker is not None:
+            broker.cleanup()
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(results: dict[str, Measure], args: Any, total: int) -> None:
+    load = os.getloadavg()
+    print(f"\n{total:,} rows, {args.readers} readers, {args.chunk_pages} pages per chunk, "
+          f"{os.cpu_count()} CPUs, {platform.python_implementation()} "
+          f"{platform.python_version()}, load average {load[0]:.1f}")
+    print("| measurement | rows/s | seconds | CPU s (this process) |")
+    print("| --- | ---: | ---: | ---: |")
+    for m in results.values():
+        print(f"| {m.name} | {m.rate:,.0f} | {m.seconds:.2f} | {m.cpu:.2f} |")
+    if "a" in results and "d" in results:
+        ratio = results["d"].rate / results["a"].rate
+        print(f"\n(d) / (a) = {ratio:.3f}: target >= 0.5 {'met' if ratio >= 0.5 else 'NOT met'}")
+    if "a" in results and "c" in results:
+        print(f"(c) / (a) = {results['c'].rate / results['a'].rate:.3f}")
+
+
+if __name__ == "__main__":
+    main()

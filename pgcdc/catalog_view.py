@@ -1,0 +1,69 @@
+"""``pgcdc catalog show | history | diff``: the time-travel catalog, inspectable."""
+
+from __future__ import annotations
+
+from snapshot_builder.catalog import TableVersion
+from snapshot_builder.history import Catalog, CatalogHistory, PutTable
+
+
+def _describe(table: TableVersion) -> list[str]:
+    lines = [f"{table.qualified_name}  oid {table.oid}  version {table.version}"
+             f"  replica identity {table.replica_identity}"
+             + (f"  -- {table.comment}" if table.comment else "")]
+    for c in table.columns:
+        flags = [c.type_name]
+        if c.typmod >= 0:
+            flags.append(f"typmod {c.typmod}")
+        if c.is_key:
+            flags.append("key")
+        if c.not_null:
+            flags.append("not null")
+        if c.default is not None:
+            flags.append(f"default {c.default}")
+        lines.append(f"    {c.name}: {', '.join(flags)}")
+    return lines
+
+
+def show(catalog: Catalog) -> str:
+    head = f"catalog version {catalog.version} (effective at LSN {catalog.lsn:X})"
+    body = [line for t in sorted(catalog.tables.values(), key=lambda t: t.qualified_name)
+            for line in _describe(t)]
+    return "\n".join([head, *body])
+
+
+def history_lines(history: CatalogHistory) -> str:
+    lines = [f"versions {history.base.version} to {history.latest.version}"]
+    for entry in history.entries():
+        change = entry.change
+        what = (f"put {change.table.qualified_name} (oid {change.table.oid}) "
+                f"version {change.table.version}" if isinstance(change, PutTable)
+                else f"drop oid {change.oid}")
+        lines.append(f"{entry.version:>6}  lsn {entry.lsn:X}  {what}")
+    return "\n".join(lines)
+
+
+def diff(before: Catalog, after: Catalog) -> str:
+    lines = [f"from version {before.version} to version {after.version}"]
+    for oid in sorted(set(before.tables) | set(after.tables)):
+        old, new = before.table(oid), after.table(oid)
+        if old == new:
+            continue
+        if old is None and new is not None:
+            lines.append(f"+ {new.qualified_name} (oid {oid}) created")
+        elif new is None and old is not None:
+            lines.append(f"- {old.qualified_name} (oid {oid}) dropped")
+        elif old is not None and new is not None:
+            lines.append(f"~ {new.qualified_name} (oid {oid}) {old.version} -> {new.version}")
+            if old.qualified_name != new.qualified_name:
+                lines.append(f"    renamed from {old.qualified_name}")
+            old_cols = {c.name: c for c in old.columns}
+            new_cols = {c.name: c for c in new.columns}
+            for name in new_cols.keys() - old_cols.keys():
+                lines.append(f"    + column {name} {new_cols[name].type_name}")
+            for name in old_cols.keys() - new_cols.keys():
+                lines.append(f"    - column {name}")
+            for name in old_cols.keys() & new_cols.keys():
+                if old_cols[name] != new_cols[name]:
+                    lines.append(f"    ~ column {name}: {old_cols[name].type_name} -> "
+                                 f"{new_cols[name].type_name}")
+    return "\n".join(lines)

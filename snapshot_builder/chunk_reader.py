@@ -1,0 +1,115 @@
+"""Reading chunks: one reader thread COPYs page ranges of tables into batches of read events.
+
+A chunk is ``COPY (SELECT <published columns> FROM t WHERE ctid >= '(a,0)' AND
+ctid < '(b,0)' [AND <delta>] [AND <row filter>]) TO STDOUT`` in text format:
+psycopg's :meth:`~psycopg.Copy.rows` gives each row as a tuple of ``str`` or
+``None`` (no types set), exactly the text pgoutput sends for the same value,
+and the stream's own :class:`~decoder.change.RowDecoder` turns it into typed
+values.  The reader's connection runs with the replication connection's
+session settings (``SESSION_OPTIONS``), so dates, intervals, floats and money
+print alike.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from decoder.change import READ, ChangeEvent, RowDecoder
+from snapshot_builder.load_state import MAX_CHUNK_ROWS, ChunkState, ordinal
+from snapshot_builder.published import PublishedTable
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTask:
+    table: PublishedTable
+    decoder: RowDecoder
+    index: int  # the chunk's index in its table's plan
+    chunk: ChunkState
+    since: str | None  # a delta read: only rows whose xmin is not older than this xid
+
+
+@dataclass(slots=True)
+class Batch:
+    task: ChunkTask
+    events: list[ChangeEvent]
+    last: bool = False
+    rows: int = 0  # on the last batch: the chunk's rows
+
+
+@dataclass(slots=True)
+class Failed:
+    error: BaseException
+
+
+def copy_query(task: ChunkTask) -> sql.Composed:
+    """``COPY (SELECT <published columns> FROM t WHERE <chunk>) TO STDOUT`` in text format."""
+    table = task.table.table
+    where = [sql.SQL("ctid >= {}::pg_catalog.tid").format(sql.Literal(f"({task.chunk.start},0)"))]
+    if task.chunk.end is not None:
+        where.append(sql.SQL("ctid < {}::pg_catalog.tid").format(
+            sql.Literal(f"({task.chunk.end},0)")))
+    if task.since is not None:
+        where.append(sql.SQL("pg_catalog.age(xmin) <= pg_catalog.age({}::pg_catalog.xid)").format(
+            sql.Literal(task.since)))
+    if task.table.row_filter is not None:  # the publication's row filter, as the server prints it
+        where.append(sql.SQL("({})").format(sql.SQL(task.table.row_filter)))
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns),
+        sql.Identifier(table.schema, table.name), sql.SQL(" AND ").join(where))
+
+
+def read_chunks(conn: Conn, todo: queue.Queue[ChunkTask], out: queue.Queue[Batch | Failed],
+                halt: threading.Event, batch_rows: int, load_lsn: int, generation: int,
+                commit_time: int) -> None:
+    """One reader thread: chunks from ``todo`` as batches of read events into ``out``."""
+
+    def put(item: Batch | Failed) -> bool:
+        while not halt.is_set():
+            try:
+                out.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        while not halt.is_set():
+            try:
+                task = todo.get_nowait()
+            except queue.Empty:
+                break
+            table, decode = task.table.table, task.decoder.decode
+            base = ordinal(generation, task.index, 0)
+            events: list[ChangeEvent] = []
+            rows = 0
+            with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+                for raw in copy.rows():
+                    if rows >= MAX_CHUNK_ROWS:
+                        msg = (f"chunk {task.index} of {table.qualified_name} holds more than "
+                               f"{MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
+                        raise ValueError(msg)
+                    after = decode(raw)[0]
+                    events.append(ChangeEvent(READ, table, None, after, (), load_lsn, load_lsn,
+                                              base + rows, 0, commit_time))
+                    rows += 1
+                    if len(events) >= batch_rows:
+                        if not put(Batch(task, events)):
+                            raise Halted
+                        events = []
+            if not put(Batch(task, events, last=True, rows=rows)):
+                break
+    except Halted:
+        pass
+    except BaseException as exc:  # handed to the writer thread, which raises it
+        put(Failed(exc))
+
+
+class Halted(Exception):
+    """The writer stopped: a reader leaves its chunk unfinished."""

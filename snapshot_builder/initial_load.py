@@ -1,0 +1,547 @@
+"""The initial load: every published table read under one snapshot as ``read`` events.
+
+Generation 0 (the slot does not exist yet):
+
+1. ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export'[, TWO_PHASE])`` over a
+   replication connection; the state file records the slot's consistent point;
+2. a coordinator connection imports the snapshot (``BEGIN ISOLATION LEVEL
+   REPEATABLE READ; SET TRANSACTION SNAPSHOT``) and reads the catalog baseline:
+   every published table's version, storage and size, and the custom types;
+3. ``readers`` connections import it too and lock every table to load in ACCESS
+   SHARE mode; then the replication connection closes (the export lives only while
+   it is open and idle);
+4. a fresh connection checks that no table was altered, rewritten or renamed
+   between the snapshot and the locks (else :class:`SnapshotChangedError`; run
+   again and the load resumes);
+5. every table version is published, and reader threads COPY page ranges
+   (``ctid``) of the tables in text format, decoded by the stream's own decoders
+   (:class:`~decoder.change.RowDecoder` over the same
+   :class:`~decoder.values.TypeRegistry`, with the replication session's settings;
+   see snapshot_builder/chunk_reader.py), into a bounded queue; the calling
+   thread writes them to the sink;
+6. after each chunk, the sink is made durable (``end_transaction`` with the load
+   LSN, ``flush``, ``in_flight() == 0``) and only then the chunk is recorded done.
+
+Read events: op ``r``, ``before`` None, ``commit_lsn`` and ``lsn`` the consistent
+point minus one (:attr:`LoadState.load_lsn`: a transaction committing exactly at
+the consistent point is streamed with that commit LSN), ``xid`` 0 (a read
+belongs to no transaction), ``commit_time`` the start of the generation, and
+an ordinal that packs generation, chunk and row (:func:`load_state.ordinal`).
+The load never flushes anything to PostgreSQL: the slot stays at its consistent
+point and the sink's durable LSN never passes it, so streaming afterwards sends
+every transaction the snapshot did not see.
+
+Resume (a state file says a load of this slot is in progress, and the slot is
+still at its consistent point).  The exported snapshot died with its
+connection, so generation g takes a new snapshot S_g (``pg_export_snapshot``)
+and, for every table not yet complete, reads each chunk: in full if it was never
+done, and if it was done at an earlier generation k only the rows whose ``xmin``
+is not older than S_k's xmin.  Why the result is still a consistent clone:
+
+* The stream still replays every change committed after the consistent point,
+  and every read sorts before all of them, so for each key the fold ends in
+  the newest streamed change when there is one; otherwise the key did not
+  change after the consistent point and any snapshot's read of it is exact.
+* The base matters only where a streamed UPDATE leaves a TOASTed column out
+  (unchanged).  Then the value kept is the last one a read or change set; a
+  read from S_g holds the value the column had at S_g, and no change after the
+  consistent point set it, so it is also the value at the end: still exact.
+* No row may be missed: a row visible at S_g lies in some chunk's page range.  A
+  chunk never done is read in full.  A chunk done at S_k is complete at S_k; a
+  row in it at S_g either has an xmin visible to S_k (it was there at S_k,
+  unchanged, and durable) or an xmin not visible to S_k, which is never older
+  than S_k's xmin (``age(xmin) <= age(S_k.xmin)`` selects it, possibly with a few
+  more).  This is what a row moved into a done chunk by an update after S_k
+  needs; a rewrite that moves rows keeping their xmin (VACUUM FULL, CLUSTER) or
+  empties the table (TRUNCATE, ALTER TABLE) changes ``relfilenode``, and then the
+  whole table is read again.
+* Reads of S_g carry a greater ordinal than every read of an earlier generation,
+  so a key read twice keeps the newer content; reads from rows deleted before S_g
+  are undone by the streamed DELETE, which sorts after them.
+
+What the resume does not do: it is not the watermark-based incremental snapshot
+while streaming; streaming starts only once every table is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from decoder.change import RowDecoder
+from decoder.errors import SlotInUseError
+from decoder.replication import SESSION_OPTIONS, ReplicationConnection, now_pg_micros
+from decoder.slot import (
+    SlotInfo,
+    check_identity,
+    check_wal_level,
+    create_slot_exporting_snapshot,
+    ensure_publication,
+    slot_info,
+)
+from decoder.types import load_types
+from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from pgcdc import failpoints
+from pgcdc.errors import TerminalError, TransientError
+from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
+from sinks.sink import Sink
+from snapshot_builder import ddl
+from snapshot_builder.chunk_reader import Batch, ChunkTask, Failed, read_chunks
+from snapshot_builder.load_progress import LoadProgress, TableProgress
+from snapshot_builder.load_state import (
+    COMPLETE,
+    MAX_GENERATIONS,
+    Generation,
+    LoadState,
+    LoadStateError,
+    LoadStateStore,
+    TableState,
+    extend_tail,
+    max_chunk_pages,
+    plan_chunks,
+)
+from snapshot_builder.published import PublishedTable, block_size, fetch_published_tables
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class SlotExistsError(TerminalError):
+    def __init__(self, slot: str, path: Path) -> None:
+        super().__init__(
+            f'replication slot "{slot}" exists but {path} holds no initial load of it: an '
+            "initial load needs the snapshot of a slot it creates; stream the slot with "
+            f"'pgcdc run', or drop it (SELECT pg_drop_replication_slot('{slot}')) to load again"
+        )
+
+
+class SnapshotChangedError(TransientError):
+    """A table changed between the snapshot and the readers' locks, or a lock is held."""
+
+
+class LoadNotDurableError(TransientError):
+    """The sink did not make the load's events durable in time."""
+
+
+@dataclass
+class LoadConfig:
+    dsn: str
+    state_file: Path
+    slot: str = "pgcdc"
+    publication: str = "pgcdc"
+    tables: list[str] | None = None
+    create_publication: bool = True
+    two_phase: bool = True  # for the slot the load creates
+    capture_ddl: bool = True  # install the DDL capture first, as the pipeline would
+    readers: int = 4  # connections reading chunks in parallel
+    chunk_pages: int = 1024  # pages per chunk (8 MB with 8 kB blocks)
+    batch_rows: int = 1000  # events per batch handed from a reader to the writer
+    lock_timeout: float = 10.0  # seconds a reader waits for a table lock before giving up
+    flush_timeout: float = 120.0
+    progress_interval: float = 2.0
+    progress_file: Path | None = None  # streaming progress that must not exist for a new slot
+
+
+@dataclass
+class LoadSummary:
+    state: LoadState
+    progress: LoadProgress
+    resumed: bool  # this run continued a load a crash or a stop had interrupted
+    complete: bool  # every table is loaded: streaming may start
+
+    def lines(self) -> list[str]:
+        if self.progress.tables or not self.complete:
+            return self.progress.summary()
+        return [f'initial load of slot "{self.state.slot}" was already complete']
+
+
+@dataclass
+class _Snapshot:
+    """The coordinator (catalog, types) and the readers, all in one snapshot."""
+
+    coordinator: Conn
+    readers: list[Conn] = field(default_factory=list)
+
+    def close(self) -> None:
+        for conn in [*self.readers, self.coordinator]:
+            conn.close()
+
+
+class InitialLoad:
+    def __init__(self, config: LoadConfig, sink: Sink) -> None:
+        if config.readers < 1 or config.chunk_pages < 1:
+            msg = "an initial load needs at least one reader and one page per chunk"
+            raise ValueError(msg)
+        self.config = config
+        self.sink = sink
+        self.store = LoadStateStore(config.state_file)
+        self.progress = LoadProgress()
+        self._written: list[Batch] = []
+
+    # --- what to do ---------------------------------------------------------------------------
+
+    def pending(self) -> bool:
+        """Whether :meth:`run` has work: the slot does not exist yet, or its load is unfinished."""
+        state = self.store.load()
+        with psycopg.connect(self.config.dsn, autocommit=True) as conn:
+            missing = slot_info(conn, self.config.slot) is None
+        if state is not None and state.slot == self.config.slot:
+            return state.status != COMPLETE or missing  # a lost slot: run() says so
+        return missing
+
+    def run(self, *, stop: threading.Event | None = None,
+            on_progress: Callable[[LoadProgress], None] | None = None) -> LoadSummary:
+        """Load, or resume an interrupted load; returns when done, stopped or failed."""
+        stop = stop or threading.Event()
+        cfg = self.config
+        state = self.store.load()
+        with psycopg.connect(cfg.dsn, autocommit=True) as conn:
+            check_wal_level(conn)
+            slot = slot_info(conn, cfg.slot)
+            if state is None:
+                if slot is not None:
+                    raise SlotExistsError(cfg.slot, self.store.path)
+                ensure_publication(conn, cfg.publication, cfg.tables,
+                                   create=cfg.create_publication)
+                check_identity(conn, cfg.publication)
+                self._install_ddl_capture(conn)
+            else:
+                self._check_resumable(state, slot)
+        if state is not None and state.status == COMPLETE:
+            return LoadSummary(state, self.progress, resumed=False, complete=True)
+        if state is None:
+            state, snapshot = self._create_slot()
+        else:
+            if _identify(cfg.dsn) != (state.system_identifier, state.database):
+                msg = (f"{self.store.path} holds a load from database {state.database!r} of "
+                       f"system {state.system_identifier}, not this one: choose another state "
+                       "file")
+                raise LoadStateError(msg)
+            snapshot = self._export_snapshot(state)
+        try:
+            return self._load(state, snapshot, stop, on_progress)
+        finally:
+            snapshot.close()
+
+    def _check_resumable(self, state: LoadState, info: SlotInfo | None) -> None:
+        cfg = self.config
+        if state.slot != cfg.slot or state.publication != cfg.publication:
+            msg = (f"{self.store.path} holds the load of slot {state.slot!r} (publication "
+                   f"{state.publication!r}), not {cfg.slot!r} ({cfg.publication!r}): choose "
+                   "another state file")
+            raise LoadStateError(msg)
+        fix = (f"drop the slot, remove {self.store.path} and the topics of the load, "
+               "then load again")
+        if info is None:
+            when = "after" if state.status == COMPLETE else "during"
+            msg = (f'replication slot "{cfg.slot}" disappeared {when} its initial load: the '
+                   f"changes since are lost; remove {self.store.path} and the topics of the load, "
+                   "then load again")
+            raise DataLossError(msg)
+        if state.status == COMPLETE:
+            return
+        if info.confirmed_flush_lsn != state.consistent_point:
+            msg = (f'replication slot "{cfg.slot}" moved during its initial load (from '
+                   f"{state.consistent_point:#x} to {info.confirmed_flush_lsn or 0:#x}): the "
+                   f"changes in between are lost; {fix}")
+            raise DataLossError(msg)
+        if info.active_pid is not None:
+            raise SlotInUseError(cfg.slot, info.active_pid)
+
+    def _install_ddl_capture(self, conn: Conn) -> None:
+        """Before the slot exists, so that the definitions read under its snapshot are the
+        captured ones the stream will decode with (the pipeline installs it as well)."""
+        if not self.config.capture_ddl or ddl.installed(conn):
+            return
+        try:
+            ddl.install(conn)
+        except ddl.DdlCaptureError as exc:
+            log.warning("%s", exc)
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def _create_slot(self) -> tuple[LoadState, _Snapshot]:
+        """Generation 0: the slot's exported snapshot, imported by every connection."""
+        cfg = self.config
+        stream = ReplicationConnection(cfg.dsn)
+        stream.connect()
+        try:
+            system_id, _timeline, _lsn, database = stream.command("IDENTIFY_SYSTEM")[0]
+            if cfg.progress_file is not None:
+                check_against_slot(ProgressStore(cfg.progress_file).load(), None,
+                                   slot_name=cfg.slot, system_identifier=str(system_id),
+                                   database=str(database), path=cfg.progress_file)
+            exported = create_slot_exporting_snapshot(stream, cfg.slot, two_phase=cfg.two_phase)
+            state = LoadState(cfg.slot, str(system_id), str(database), cfg.publication,
+                              exported.consistent_point)
+            self.store.save(state)
+            snapshot = _Snapshot(self._connect())
+            try:
+                _begin(snapshot.coordinator, exported.snapshot_name)
+                self._add_readers(snapshot, exported.snapshot_name)
+            except BaseException:
+                snapshot.close()
+                raise
+        finally:
+            stream.close()  # every reader imported the snapshot: the export may end
+        return state, snapshot
+
+    def _export_snapshot(self, state: LoadState) -> _Snapshot:
+        """A resumed generation: a new snapshot from the coordinator's own transaction."""
+        snapshot = _Snapshot(self._connect())
+        try:
+            snapshot.coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
+            assert row is not None
+            self._add_readers(snapshot, str(row[0]))
+        except BaseException:
+            snapshot.close()
+            raise
+        return snapshot
+
+    def _connect(self) -> Conn:
+        options = f"{SESSION_OPTIONS} -c lock_timeout={int(self.config.lock_timeout * 1000)}"
+        return psycopg.connect(self.config.dsn, autocommit=True, options=options,
+                               application_name="pgcdc initial load")
+
+    def _add_readers(self, snapshot: _Snapshot, name: str) -> None:
+        for _ in range(self.config.readers):
+            conn = self._connect()
+            snapshot.readers.append(conn)
+            _begin(conn, name)
+
+    # --- the load -----------------------------------------------------------------------------
+
+    def _load(self, state: LoadState, snapshot: _Snapshot, stop: threading.Event,
+              on_progress: Callable[[LoadProgress], None] | None) -> LoadSummary:
+        cfg = self.config
+        coordinator = snapshot.coordinator
+        captured = ddl.installed(coordinator)
+        try:
+            catalog = fetch_published_tables(coordinator, cfg.publication, captured=captured)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise _lock_error(exc) from exc
+        if not state.tables and not state.generations:
+            state.tables = {oid: TableState(oid, t.table.schema, t.table.name, t.relfilenode, [])
+                            for oid, t in catalog.items()}
+        loading = [t for t in state.tables.values() if not t.complete]
+        for table in loading:
+            if table.oid not in catalog:
+                log.warning("table %s was dropped or left the publication during its initial "
+                            "load; it is skipped", table.qualified_name)
+                table.complete = True
+        loading = [t for t in loading if not t.complete]
+        self._lock(snapshot, [catalog[t.oid] for t in loading])
+        _check_unchanged(cfg.dsn, cfg.publication, [catalog[t.oid] for t in loading], captured)
+
+        resumed = bool(state.generations)
+        generation = len(state.generations)
+        if generation >= MAX_GENERATIONS:
+            msg = (f"the initial load of slot {cfg.slot!r} was resumed {generation} times; "
+                   f"drop the slot, remove {self.store.path} and the topics, and load again")
+            raise LoadStateError(msg)
+        row = coordinator.execute(
+            "SELECT (pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::int8"
+            " % 4294967296)::text").fetchone()
+        assert row is not None
+        state.generations.append(Generation(str(row[0]), now_pg_micros()))
+        tasks = self._plan(state, catalog, loading, coordinator)
+        if not any(not t.complete for t in state.tables.values()):
+            state.status = COMPLETE
+        self.store.save(state)  # the generation is taken before any of its events exist
+        failpoints.hit("after_load_plan")
+        log.info("initial load generation %d of slot %s: %d chunks of %d tables", generation,
+                 cfg.slot, len(tasks), len(loading))
+        self.progress = LoadProgress(generation=generation)
+        for table in loading:
+            published = catalog[table.oid]
+            self.progress.tables[table.oid] = TableProgress(
+                table.qualified_name, published.estimated_rows,
+                sum(1 for t in tasks if t.table.oid == table.oid))
+            self.sink.publish_table(published.table, state.load_lsn)
+        if tasks:
+            self._read(state, snapshot, tasks, stop, on_progress)
+        complete = state.status == COMPLETE
+        if complete:
+            log.info("initial load of slot %s complete: %d rows in this run", cfg.slot,
+                     self.progress.rows)
+        return LoadSummary(state, self.progress, resumed=resumed, complete=complete)
+
+    def _lock(self, snapshot: _Snapshot, tables: list[PublishedTable]) -> None:
+        """Every reader locks every table first: a later lock request of one reader would
+        queue behind a DDL that waits for another reader, and nobody would wake up."""
+        if not tables:
+            return
+        names = sql.SQL(", ").join(sql.Identifier(t.table.schema, t.table.name) for t in tables)
+        statement = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(names)
+        try:
+            for conn in snapshot.readers:
+                conn.execute(statement)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
+            raise _lock_error(exc) from exc
+
+    def _plan(self, state: LoadState, catalog: dict[int, PublishedTable],
+              loading: list[TableState], coordinator: Conn) -> list[ChunkTask]:
+        """This generation's tasks: every chunk of every table not complete (module docstring).
+
+        Custom types are read under the snapshot, into the registry the stream uses too.
+        """
+        chunk_pages = min(self.config.chunk_pages, max_chunk_pages(block_size(coordinator)))
+        registry = TypeRegistry()
+        custom = {c.type_oid for t in loading for c in catalog[t.oid].table.columns
+                  if c.type_oid >= FIRST_NORMAL_OID}
+        if custom:
+            load_types(coordinator, custom, registry)
+        tasks: list[ChunkTask] = []
+        for table in loading:
+            published = catalog[table.oid]
+            whole = published.relkind == "p"
+            if not table.chunks or table.relfilenode != published.relfilenode:
+                if table.chunks:
+                    log.warning("table %s was rewritten during its initial load; it is read "
+                                "again in full", table.qualified_name)
+                table.chunks = plan_chunks(published.pages, chunk_pages, whole=whole)
+                table.relfilenode = published.relfilenode
+            elif not whole:
+                extend_tail(table, published.pages, chunk_pages)
+            table.schema, table.name = published.table.schema, published.table.name
+            decoder = RowDecoder(published.table, registry.decoder_for)
+            for index, chunk in enumerate(table.chunks):
+                since = None if chunk.done is None else state.generations[chunk.done].xmin
+                tasks.append(ChunkTask(published, decoder, index, chunk, since))
+        return tasks
+
+    def _read(self, state: LoadState, snapshot: _Snapshot, tasks: list[ChunkTask],
+              stop: threading.Event, on_progress: Callable[[LoadProgress], None] | None) -> None:
+        """Reader threads fill a bounded queue; this thread writes, checkpoints and reports."""
+        cfg = self.config
+        todo: queue.Queue[ChunkTask] = queue.Queue()
+        for task in tasks:
+            todo.put(task)
+        out: queue.Queue[Batch | Failed] = queue.Queue(maxsize=2 * cfg.readers)
+        halt = threading.Event()
+        generation = state.generation
+        readers = [threading.Thread(target=read_chunks, name=f"pgcdc-load-{i}", daemon=True,
+                                    args=(conn, todo, out, halt, cfg.batch_rows, state.load_lsn,
+                                          generation, state.generations[generation].started))
+                   for i, conn in enumerate(snapshot.readers)]
+        for thread in readers:
+            thread.start()
+        error: BaseException | None = None
+        last_report = time.monotonic()
+        try:
+            while any(t.is_alive() for t in readers) or not out.empty():
+                if stop.is_set():
+                    halt.set()
+                try:
+                    item = out.get(timeout=0.2)
+                except queue.Empty:
+                    item = None
+                if isinstance(item, Failed):
+                    error = error or item.error
+                    halt.set()
+                elif item is not None and error is None:
+                    self._write(item)
+                    if item.last:
+                        item.events = []
+                        self._written.append(item)
+                        self._checkpoint(state)
+                self.sink.poll(0)
+                now = time.monotonic()
+                if on_progress is not None and now - last_report >= cfg.progress_interval:
+                    on_progress(self.progress)
+                    last_report = now
+        finally:
+            halt.set()
+            for thread in readers:
+                thread.join(30)
+        if error is not None:
+            if isinstance(error, psycopg.errors.LockNotAvailable):
+                raise _lock_error(error) from error
+            raise error
+
+    def _write(self, batch: Batch) -> None:
+        progress = self.progress.tables[batch.task.table.oid]
+        if progress.started is None:
+            progress.started = time.monotonic()
+        for event in batch.events:
+            self.sink.write(event)
+        progress.rows += len(batch.events)
+
+    def _checkpoint(self, state: LoadState) -> None:
+        """Sink durable -> chunk recorded done (the state file); never an LSN to PostgreSQL."""
+        self.sink.end_transaction(state.load_lsn)
+        self.sink.flush(self.config.flush_timeout)
+        durable = self.sink.durable_lsn()  # raises the first delivery error
+        if self.sink.in_flight() or durable is None or durable < state.load_lsn:
+            msg = (f"the sink did not make the initial load's events durable within "
+                   f"{self.config.flush_timeout:.0f} s; run again: the load resumes")
+            raise LoadNotDurableError(msg)
+        generation = state.generation
+        for batch in self._written:
+            batch.task.chunk.done = generation
+            table = state.tables[batch.task.table.oid]
+            table.rows += batch.rows
+            progress = self.progress.tables[table.oid]
+            progress.chunks_done += 1
+            if all(c.done == generation for c in table.chunks):
+                table.complete = True
+                progress.finished = time.monotonic()
+        self._written.clear()
+        if all(t.complete for t in state.tables.values()):
+            state.status = COMPLETE
+        self.store.save(state)
+        failpoints.hit("after_snapshot_chunk")
+
+
+
+
+def _identify(dsn: str) -> tuple[str, str]:
+    """The system identifier and database name, from IDENTIFY_SYSTEM."""
+    stream = ReplicationConnection(dsn)
+    stream.connect()
+    try:
+        system_id, _timeline, _lsn, database = stream.command("IDENTIFY_SYSTEM")[0]
+    finally:
+        stream.close()
+    return str(system_id), str(database)
+
+
+def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:
+    msg = (f"could not lock the tables to load ({exc.diag.message_primary}): another session "
+           "holds or awaits a conflicting lock (DDL?) or a table changed; run again later: the "
+           "load resumes")
+    return SnapshotChangedError(msg)
+
+
+def _begin(conn: Conn, snapshot_name: str) -> None:
+    """Start a repeatable-read transaction in an exported snapshot."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+
+
+def _check_unchanged(dsn: str, publication: str, tables: Iterable[PublishedTable],
+                     captured: bool) -> None:
+    """Fail if a table changed (definition, rewrite, rename) between the snapshot and the locks.
+
+    Its rows would not be what the snapshot's catalog describes: a rewrite committed
+    after the snapshot even hides every row from it.
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        now = fetch_published_tables(conn, publication, sizes=False, captured=captured)
+    changed = sorted(t.table.qualified_name for t in tables
+                     if t.oid not in now or now[t.oid].identity() != t.identity())
+    if changed:
+        msg = (f"table(s) {', '.join(changed)} changed while the initial load started (DDL or a "
+               "rewrite between the snapshot and its locks); run again: the load resumes with a "
+               "new snapshot")
+        raise SnapshotChangedError(msg)

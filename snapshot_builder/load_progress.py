@@ -1,0 +1,109 @@
+"""Progress of the initial load: rows per table against the catalog's estimate, an ETA, a summary.
+
+The estimate is ``pg_class.reltuples`` at the snapshot (``-1`` when the table was
+never vacuumed or analyzed: then the table's progress counts chunks).  Rows
+are counted when the writer hands them to the sink, not when they are durable.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TableProgress:
+    name: str
+    estimated_rows: int  # -1: unknown
+    chunks: int  # chunks to read in this run
+    rows: int = 0
+    chunks_done: int = 0
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def fraction(self) -> float:
+        if self.finished is not None:
+            return 1.0
+        by_chunks = self.chunks_done / self.chunks if self.chunks else 1.0
+        if self.estimated_rows > 0:
+            return max(min(self.rows / self.estimated_rows, 0.99), by_chunks)
+        return by_chunks
+
+    @property
+    def seconds(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished or time.monotonic()) - self.started
+
+
+@dataclass
+class LoadProgress:
+    tables: dict[int, TableProgress] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    generation: int = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables.values())
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def eta(self) -> float | None:
+        """Seconds left, from the rows still expected and the rate so far."""
+        rate = self.rate
+        if rate <= 0:
+            return None
+        left = 0.0
+        for table in self.tables.values():
+            if table.finished is not None:
+                continue
+            expected: float = max(table.estimated_rows, table.rows)
+            if table.estimated_rows < 0 and table.chunks_done:
+                expected = table.rows * table.chunks / table.chunks_done
+            left += max(expected - table.rows, 0)
+        return left / rate
+
+    def lines(self) -> list[str]:
+        """One line per table still loading, then a total with the ETA."""
+        out = []
+        for table in self.tables.values():
+            if table.started is None or table.finished is not None:
+                continue
+            estimate = f"~{table.estimated_rows:,}" if table.estimated_rows >= 0 else "?"
+            out.append(f"  {table.name}: {table.rows:,} / {estimate} rows "
+                       f"({table.fraction:.0%}, chunk {table.chunks_done}/{table.chunks})")
+        eta = self.eta()
+        done = sum(1 for t in self.tables.values() if t.finished is not None)
+        out.append(f"load: {self.rows:,} rows in {self.seconds:.1f} s ({self.rate:,.0f} rows/s), "
+                   f"{done}/{len(self.tables)} tables done, "
+                   f"ETA {_duration(eta) if eta is not None else 'unknown'}")
+        return out
+
+    def summary(self) -> list[str]:
+        """The final report: every table with its rows, time and rate."""
+        out = [f"initial load (generation {self.generation}): {self.rows:,} rows from "
+               f"{len(self.tables)} tables in {self.seconds:.1f} s ({self.rate:,.0f} rows/s)"]
+        for table in self.tables.values():
+            rate = table.rows / table.seconds if table.seconds > 0 else 0.0
+            state = "done" if table.finished is not None else "not finished"
+            out.append(f"  {table.name}: {table.rows:,} rows, {table.chunks_done}/{table.chunks} "
+                       f"chunks, {table.seconds:.1f} s ({rate:,.0f} rows/s), {state}")
+        return out
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"

@@ -1,0 +1,300 @@
+"""The initial load against real PostgreSQL and Kafka: a consistent clone under concurrent writes,
+read versions equal to streamed Relation versions, and a crash during the load that resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from decoder.change import READ, ChangeEvent
+from decoder.slot import current_wal_lsn, slot_info
+from pgcdc import failpoints
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from sinks.kafka import KafkaSink, topic_name
+from snapshot_builder.initial_load import InitialLoad, LoadConfig
+from snapshot_builder.load_state import CHUNK_BITS, ROW_BITS, LoadStateStore
+from tests.oracle import Writer, read_topic
+from tests.recording_sink import RecordingSink
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+ROWS = 20_000
+
+
+def _ledger(conn: Conn, rows: int = ROWS) -> Writer:
+    """``ledger`` with ``rows`` rows, and a writer that updates and deletes them too."""
+    conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, version int NOT NULL, payload text)")
+    conn.execute("INSERT INTO ledger SELECT g, 1, repeat('s', g %% 200) "
+                 "FROM generate_series(1, %s) g", (rows,))
+    conn.execute("VACUUM ANALYZE ledger")
+    writer = Writer(conn.info.dsn, seed=rows)
+    writer.rows = dict.fromkeys(range(1, rows + 1), 1)
+    writer.next_id = rows + 1
+    return writer
+
+
+def _fold(events: list[dict[str, Any]]) -> dict[int, tuple[int, str | None]]:
+    """The topic folded by key in (commit_lsn, ordinal) order, as a consumer applies it."""
+    rows: dict[int, tuple[int, str | None]] = {}
+    positions = sorted(events, key=lambda e: (e["source"]["commit_lsn"], e["source"]["ordinal"]))
+    for event in positions:
+        if event["op"] == "d":
+            rows.pop(event["key"]["id"], None)
+        else:
+            after = event["after"]
+            rows[after["id"]] = (after["version"], after["payload"])
+    return rows
+
+
+def _source(conn: Conn) -> dict[int, tuple[int, str | None]]:
+    return {int(i): (int(v), p) for i, v, p in  # type: ignore[call-overload]
+            conn.execute("SELECT id, version, payload FROM ledger").fetchall()}
+
+
+def _catch_up(dsn: str, sink: KafkaSink | RecordingSink, conn: Conn) -> Pipeline:
+    pipeline = Pipeline(PipelineConfig(dsn, tables=["public.ledger"], status_interval=0.2), sink)
+    pipeline.prepare()
+    pipeline.run(until_lsn=current_wal_lsn(conn))
+    return pipeline
+
+
+def _generation(event: dict[str, Any]) -> int:
+    return int(event["source"]["ordinal"]) >> (CHUNK_BITS + ROW_BITS)
+
+
+def _chunk(event: dict[str, Any]) -> int:
+    return int(event["source"]["ordinal"]) >> ROW_BITS & ((1 << CHUNK_BITS) - 1)
+
+
+def test_consistent_clone_under_concurrent_writes(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                                  topic_prefix: str, tmp_path: Path) -> None:
+    writer = _ledger(pg_conn)
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    load = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", tables=["public.ledger"],
+                                  readers=3, chunk_pages=16), sink)
+    assert load.pending()
+    writer.start(pause=0.002)
+    try:
+        summary = load.run()
+        time.sleep(0.5)  # and after the load, before streaming
+    finally:
+        writer.stop()
+    assert summary.complete and not summary.resumed
+    table = next(iter(summary.state.tables.values()))
+    assert len(table.chunks) > 10 and table.complete
+    assert not load.pending()
+    slot = slot_info(pg_conn, "pgcdc")
+    assert slot is not None and slot.two_phase
+    assert slot.confirmed_flush_lsn == summary.state.consistent_point  # nothing flushed by the load
+
+    _catch_up(pg_dsn, sink, pg_conn)
+    sink.close()
+    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
+    reads = [e for e in events if e["op"] == READ]
+    streamed = [e for e in events if e["op"] != READ]
+    assert len(reads) == table.rows and ROWS // 2 < len(reads) < ROWS * 2
+    assert {e["source"]["commit_lsn"] for e in reads} == {summary.state.consistent_point - 1}
+    assert len({e["source"]["ordinal"] for e in reads}) == len(reads)
+    assert min(e["source"]["commit_lsn"] for e in streamed) >= summary.state.consistent_point
+    assert writer.ledger.transactions > 20 and len(streamed) > 20
+    assert _fold(events) == _source(pg_conn)
+
+
+def test_read_versions_and_values_equal_streamed_ones(pg_conn: Conn, pg_dsn: str,
+                                                      tmp_path: Path) -> None:
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    pg_conn.execute("CREATE DOMAIN short AS varchar(8) CHECK (length(VALUE) < 8)")
+    pg_conn.execute("""CREATE TABLE a (id int PRIMARY KEY, gone int, name varchar(20),
+                       m mood, moods mood[], s short, price numeric(10,2), at timestamptz,
+                       span interval, raw bytea, tags text[], doc jsonb, r int4range,
+                       twice int GENERATED ALWAYS AS (id * 2) STORED)""")
+    pg_conn.execute("ALTER TABLE a DROP COLUMN gone")
+    pg_conn.execute("CREATE TABLE b (k text, n int, v float8, PRIMARY KEY (k, n))")
+    pg_conn.execute("CREATE TABLE c (x int, y text)")
+    pg_conn.execute("ALTER TABLE c REPLICA IDENTITY FULL")
+    pg_conn.execute("CREATE TABLE d (u int NOT NULL, w text, hidden text)")
+    pg_conn.execute("CREATE UNIQUE INDEX d_u ON d (u)")
+    pg_conn.execute("ALTER TABLE d REPLICA IDENTITY USING INDEX d_u")
+    pg_conn.execute("""INSERT INTO a (id, name, m, moods, s, price, at, span, raw, tags, doc, r)
+                       VALUES (1, 'ä''b', 'ok', '{sad,happy}', 'abc', 12.5,
+                               '2024-02-29 10:11:12.5+02', '1 mon 2 days 00:00:01.5',
+                               '\\x00ff', '{"a,b",NULL}', '{"k": [1, 2.50]}', '[1,5)')""")
+    pg_conn.execute("INSERT INTO b VALUES ('x', 1, 0.1), ('y', 2, 'NaN')")
+    pg_conn.execute("INSERT INTO c VALUES (1, 'one')")
+    pg_conn.execute("INSERT INTO d VALUES (7, 'w', 'not published')")
+    pg_conn.execute("CREATE PUBLICATION pgcdc FOR TABLE a, b, c, d")
+
+    loaded = RecordingSink()
+    summary = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", readers=2), loaded).run()
+    assert summary.complete
+    assert {t.name for t in loaded.tables} == {"a", "b", "c", "d"}
+
+    # the same rows again through the stream: every table sends its Relation message
+    for statement in ("UPDATE a SET name = name", "UPDATE b SET v = v WHERE k = 'x'",
+                      "UPDATE c SET y = y", "UPDATE d SET w = w"):
+        pg_conn.execute(statement)
+    streamed = RecordingSink()
+    pipeline = Pipeline(PipelineConfig(pg_dsn, status_interval=0.2), streamed)
+    pipeline.prepare()
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    versions = {t.oid: t.version for t in loaded.tables}
+    assert {t.oid: t.version for t in streamed.tables} == versions
+    assert {e.table.oid: e.table.version for e in streamed.events} == versions
+
+    def by_key(events: list[ChangeEvent]) -> dict[tuple[int, str], dict[str, Any] | None]:
+        return {(e.table.oid, json.dumps(e.key, sort_keys=True)): e.after for e in events}
+
+    reads = by_key([e for e in loaded.events if e.op == READ])
+    assert all(e.op == "u" for e in streamed.events)
+    changed = by_key(streamed.events)
+    assert changed.keys() <= reads.keys()
+    assert {k: reads[k] for k in changed} == changed  # identical values, snapshot or stream
+
+
+class _Pgcdc:
+    """``python -m pgcdc`` as a separate process, to crash it for real."""
+
+    def __init__(self, dsn: str, servers: str, prefix: str, tmp: Path) -> None:
+        self.common = ["--dsn", dsn, "--tables", "public.ledger", "--bootstrap-servers", servers,
+                       "--topic-prefix", prefix, "--load-state", str(tmp / "load.json"),
+                       "--progress-file", str(tmp / "progress.json"),
+                       "--catalog-dir", str(tmp / "catalog"), "--readers", "2",
+                       "--chunk-pages", "16"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, command: list[str], fail_point: str | None = None) -> None:
+        env = dict(os.environ)
+        env.pop("PGCDC_FAIL_POINT", None)
+        if fail_point:
+            env["PGCDC_FAIL_POINT"] = fail_point
+        self.proc = subprocess.Popen([sys.executable, "-m", "pgcdc", *command, *self.common],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        assert self.proc is not None
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err.decode(errors="replace")
+
+
+def test_kill_during_load_resumes_and_keeps_durable_chunks(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
+        tmp_path: Path) -> None:
+    writer = _ledger(pg_conn)
+    pgcdc = _Pgcdc(pg_dsn, kafka_servers, topic_prefix, tmp_path)
+    writer.start(pause=0.002)
+    try:
+        pgcdc.start(["snapshot"], fail_point="after_snapshot_chunk:6")
+        code, err = pgcdc.wait(timeout=60)
+        assert code == failpoints.EXIT_CODE, f"the fail point was not reached ({code}):\n{err}"
+        crashed = LoadStateStore(tmp_path / "load.json").load()
+        assert crashed is not None and crashed.status == "loading"
+        table = next(iter(crashed.tables.values()))
+        done = [i for i, c in enumerate(table.chunks) if c.done == 0]
+        assert len(done) >= 6 and len(done) < len(table.chunks) and not table.complete
+        time.sleep(0.5)  # writes between the crash and the resume move rows between chunks
+
+        # the slot did not move; `run --initial-load` finishes the load, then streams
+        info = slot_info(pg_conn, "pgcdc")
+        assert info is not None and info.confirmed_flush_lsn == crashed.consistent_point
+        pgcdc.start(["run", "--initial-load"])
+        deadline = time.monotonic() + 60
+        while True:
+            state = LoadStateStore(tmp_path / "load.json").load()
+            if state is not None and state.status == "complete":
+                break
+            assert pgcdc.proc is not None and pgcdc.proc.poll() is None, pgcdc.wait(5)
+            assert time.monotonic() < deadline, "the resumed load did not complete"
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        writer.stop()
+    target = current_wal_lsn(pg_conn)
+    deadline = time.monotonic() + 60
+    while (info := slot_info(pg_conn, "pgcdc")) is None or (info.confirmed_flush_lsn or 0) < target:
+        assert time.monotonic() < deadline, "pgcdc did not catch up"
+        time.sleep(0.2)
+    assert pgcdc.proc is not None
+    pgcdc.proc.send_signal(signal.SIGTERM)
+    code, err = pgcdc.wait(60)
+    assert code == 0, err
+    assert "initial load (generation 1)" in err
+
+    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
+    assert _fold(events) == _source(pg_conn)
+    reads = [e for e in events if e["op"] == READ]
+    first = [e for e in reads if _generation(e) == 0 and _chunk(e) in done]
+    again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
+    assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
+    assert {e["source"]["commit_lsn"] for e in reads} == {crashed.consistent_point - 1}
+
+
+def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_dsn: str,
+                                                             tmp_path: Path) -> None:
+    """An update after the crash moves a row into a chunk that is already done, leaving its
+    TOASTed column out of the stream (unchanged): the resumed load must read it again."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, pad text, big text) "
+                    "WITH (fillfactor = 100)")
+    pg_conn.execute("ALTER TABLE t ALTER big SET STORAGE EXTERNAL")
+    pg_conn.execute("INSERT INTO t SELECT g, repeat('p', 1000), repeat(md5(g::text), 100) "
+                    "FROM generate_series(1, 60) g")
+    out = tmp_path / "events.jsonl"
+    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", pg_dsn, "--tables", "public.t",
+            "--sink", "jsonl", "--output", str(out), "--load-state", str(tmp_path / "load.json"),
+            "--progress-file", str(tmp_path / "progress.json"), "--readers", "1",
+            "--chunk-pages", "1"]
+    crash = subprocess.run(argv, env={**os.environ, "PGCDC_FAIL_POINT": "after_snapshot_chunk:1"},
+                           capture_output=True, timeout=60, check=False)
+    assert crash.returncode == failpoints.EXIT_CODE, crash.stderr.decode()
+
+    # free space in page 0 (done), then update rows of later pages until one lands there
+    pg_conn.execute("DELETE FROM t WHERE id IN (SELECT id FROM t WHERE ctid < '(1,0)' LIMIT 3)")
+    pg_conn.execute("VACUUM t")
+    moved = None
+    with psycopg.connect(pg_dsn, autocommit=True) as fresh:  # no insert target page cached
+        keys = fresh.execute("SELECT id FROM t WHERE ctid >= '(3,0)' ORDER BY id").fetchall()
+        for (key,) in keys:
+            row = fresh.execute("UPDATE t SET pad = repeat('q', 1000) WHERE id = %s "
+                                "RETURNING ctid::text", (key,)).fetchone()
+            assert row is not None
+            if str(row[0]).startswith("(0,"):
+                moved = key
+                break
+    assert moved is not None, "no updated row landed in the done chunk"
+
+    resume = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert resume.returncode == 0, resume.stderr.decode()
+    pg_conn.execute("UPDATE t SET pad = repeat('r', 1000) WHERE id = %s", (moved,))
+    pg_conn.execute("DELETE FROM t WHERE id = 60")
+
+    from sinks.jsonlines import JsonLinesSink
+
+    sink = JsonLinesSink(str(out))
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.t"], status_interval=0.2), sink)
+    pipeline.prepare()
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    sink.close()
+
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [e for e in events if "op" in e]
+    moved_reads = [e for e in events if e["op"] == READ and e["after"]["id"] == moved]
+    assert 1 in {_generation(e) for e in moved_reads}, "the moved row was not read again"
+    rows: dict[int, dict[str, Any]] = {}
+    for event in sorted(events, key=lambda e: (e["source"]["commit_lsn"],
+                                               e["source"]["ordinal"])):
+        key = (event["after"] or event["before"])["id"]
+        if event["op"] == "d":
+            rows.pop(key, None)
+        else:
+            kept = {c: rows.get(key, {}).get(c) for c in event["unchanged"]}
+            rows[key] = {**event["after"], **kept}
+    source = {int(i): {"id": i, "pad": p, "big": b}  # type: ignore[call-overload]
+              for i, p, b in pg_conn.execute("SELECT id, pad, big FROM t").fetchall()}
+    assert rows == source
