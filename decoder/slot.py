@@ -137,7 +137,9 @@ def drop_slot(conn: Conn, slot: str) -> None:
 
 
 def current_wal_lsn(conn: Conn) -> int:
-    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    """The end of the WAL written so far (the insert position: a record that is not flushed
+    yet, e.g. a non-transactional logical message, is included; the WAL writer flushes it)."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     return parse_lsn(str(row[0]))
 

@@ -25,7 +25,7 @@ from decoder.slot import current_wal_lsn, slot_info
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-def _raw_records(servers: str, topic: str, timeout: float) -> list[Any]:
+def raw_records(servers: str, topic: str, timeout: float) -> list[Any]:
     consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
     try:
         partitions = [TopicPartition(topic, p)
@@ -48,7 +48,7 @@ def _raw_records(servers: str, topic: str, timeout: float) -> list[Any]:
 def _avro_readers(servers: str, prefix: str, timeout: float) -> dict[str, tuple[Any, Any]]:
     """Writer schemas by table version, from the catalog topic alone."""
     readers = {}
-    for record in _raw_records(servers, f"{prefix}._catalog", timeout):
+    for record in raw_records(servers, f"{prefix}._catalog", timeout):
         entry = json.loads(record.value)
         if entry.get("value_format") == "avro":
             readers[entry["version"]] = (
@@ -71,7 +71,7 @@ def read_topic(servers: str, topic: str, timeout: float = 60) -> list[dict[str, 
     prefix = topic.split(".")[0]
     readers: dict[str, tuple[Any, Any]] | None = None
     out: list[dict[str, Any]] = []
-    for r in _raw_records(servers, topic, timeout):
+    for r in raw_records(servers, topic, timeout):
         if r.value is None:
             assert out and out[-1]["op"] == "d" and out[-1]["_raw_key"] == r.key, "stray tombstone"
             continue

@@ -1,0 +1,123 @@
+"""The Spark apply on real Kafka, Spark and Delta: schema evolution inside one micro-batch,
+key churn within a batch, and a driver killed mid-run (T14)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from decoder.slot import current_wal_lsn
+from pgcdc.clone import compare
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from sinks.kafka import KafkaSink, table_topic_pattern
+from streaming import job
+from streaming.apply import apply_batch
+
+pytestmark = pytest.mark.spark
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def _capture(dsn: str, servers: str, prefix: str, tables: list[str], conn: Conn) -> None:
+    sink = KafkaSink(servers, topic_prefix=prefix)
+    Pipeline(PipelineConfig(dsn, tables=tables), sink).run(until_lsn=current_wal_lsn(conn))
+    sink.close()
+
+
+def _whole_topic(spark: Any, servers: str, prefix: str) -> Any:
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
+            .option("subscribePattern", table_topic_pattern(prefix))
+            .option("startingOffsets", "earliest").option("includeHeaders", "true").load())
+
+
+def _prepare(dsn: str, tables: list[str]) -> None:
+    Pipeline(PipelineConfig(dsn, tables=tables), _NoSink()).prepare()
+
+
+class _NoSink:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")
+
+
+def test_versions_mixed_in_one_batch_and_key_churn(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, n int, m mood, gone text)")
+    _prepare(pg_dsn, ["public.t"])
+    pg_conn.execute("INSERT INTO t SELECT g, g, 'ok', 'x' FROM generate_series(1, 50) g")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN note text")
+    pg_conn.execute("ALTER TABLE t ALTER COLUMN n TYPE bigint")
+    pg_conn.execute("ALTER TYPE mood ADD VALUE 'happy'")
+    pg_conn.execute("ALTER TABLE t DROP COLUMN gone")
+    pg_conn.execute("INSERT INTO t SELECT g, 10000000000 + g, 'happy', 'new' "
+                    "FROM generate_series(51, 80) g")
+    pg_conn.execute("UPDATE t SET note = 'touched' WHERE id % 7 = 0")
+    with pg_conn.transaction():  # delete and re-insert one key in one batch
+        pg_conn.execute("DELETE FROM t WHERE id = 3")
+        pg_conn.execute("INSERT INTO t VALUES (3, -3, 'sad', 'again')")
+    pg_conn.execute("DELETE FROM t WHERE id = 4")
+    pg_conn.execute("UPDATE t SET n = n + 1 WHERE id = 5")
+    _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
+
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    applied = apply_batch(spark, _whole_topic(spark, kafka_servers, topic_prefix), 0,
+                          catalog=catalog, lake=lake, app_id="mixed")
+    assert applied == {"public.t": 80}  # the latest change of each of the 80 keys
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, catalog.tables())
+    assert result.equal, result
+    delta = spark.read.format("delta").load(f"{lake}/public.t")
+    types = dict(delta.dtypes)
+    assert types["n"] == "bigint" and types["note"] == "string"
+    assert "gone" not in types  # created at the newest version, which no longer has it
+
+
+def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                        topic_prefix: str, spark: Any, tmp_path: Path) -> None:
+    """T14: kill -9 the Spark driver between micro-batches' commits, restart, same result."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    _prepare(pg_dsn, ["public.t"])
+    for round_ in range(6):
+        pg_conn.execute("INSERT INTO t SELECT g, %s FROM generate_series(%s::int, %s::int) g "
+                        "ON CONFLICT (id) DO UPDATE SET v = excluded.v",
+                        (round_, round_ * 50, round_ * 50 + 120))
+        pg_conn.execute("DELETE FROM t WHERE id %% 11 = %s", (round_,))
+    _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
+
+    lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
+    argv = [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", kafka_servers,
+            "--topic-prefix", topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
+            "--available-now", "--max-offsets-per-trigger", "40"]
+    log = tmp_path / "delta_log"
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    delta_log = tmp_path / "lake" / "public.t" / "_delta_log"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:
+        if len(list(delta_log.glob("*.json"))) >= 3:  # created, then two batches committed
+            break
+        time.sleep(0.05)
+    assert first.poll() is None, "the first driver finished before it could be killed"
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    commits_at_kill = len(list(delta_log.glob("*.json")))
+    log.write_text(str(commits_at_kill))
+
+    second = subprocess.run(argv, capture_output=True, timeout=300, check=False)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert len(list(delta_log.glob("*.json"))) > commits_at_kill
+    config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix)
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, job.read_catalog(spark, config).tables())
+    assert result.source.rows > 0
+    assert result.equal, result
