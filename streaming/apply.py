@@ -8,9 +8,12 @@ For each source table in the batch (by OID):
    have are NULL;
 3. the latest change per key wins, by ``(commit_lsn, ordinal)``;
 4. a truncate removes every older row, and earlier events of the batch;
-5. one MERGE applies the rest, guarded so that an older change never overwrites
+5. a change older than its key's recorded delete is left out (streaming/tombstones.py),
+   so a late or replayed change never resurrects a deleted row;
+6. one MERGE applies the rest, guarded so that an older change never overwrites
    a newer one: replaying a batch, or an event that arrives twice, leaves the
-   table as it was.  Unchanged TOASTed columns keep their stored value.
+   table as it was.  Unchanged TOASTed columns keep their stored value;
+7. optionally, every event is appended to ``<table>__changelog``.
 
 Each MERGE runs with Delta's idempotent-write options (an application id tied to
 the query and the batch id), so a batch retried after a driver crash is skipped
@@ -27,12 +30,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from streaming.evolution import evolve, quote
-from streaming.schema import CatalogLog, TableSpec
+from streaming.schema import COMMIT_LSN, ORDINAL, CatalogLog, TableSpec
+from streaming.tombstones import drop_superseded, record_deletes
 
 log = logging.getLogger(__name__)
 
-COMMIT_LSN = "_pgcdc_commit_lsn"
-ORDINAL = "_pgcdc_ordinal"
 META_COLUMNS = (COMMIT_LSN, ORDINAL)
 
 ENVELOPE_SCHEMA = (
@@ -171,7 +173,7 @@ def ensure_table(spark: Any, path: str, spec: TableSpec) -> Any:
 
 
 def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
-                idempotence: tuple[str, int] | None = None) -> int:
+                idempotence: tuple[str, int] | None = None, changelog: bool = False) -> int:
     """MERGE one table's events of a batch; returns how many changes were applied."""
     path = table_path(lake, spec)
     target = ensure_table(spark, path, spec)
@@ -182,7 +184,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         lsn, ordinal = int(truncates[0]), int(truncates[1])
         target.delete(_position(lsn, ordinal, "<"))
         rows = rows.where(_position(lsn, ordinal, ">"))
-    latest = latest_per_key(rows.where("_op != 't'"), spec)
+    latest = drop_superseded(spark, latest_per_key(rows.where("_op != 't'"), spec), spec,
+                             path).persist()
     names = [c.name for c in spec.columns]
     keys = [c.name for c in spec.key_columns]
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
@@ -203,9 +206,24 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         .whenMatchedUpdate(condition=f"s._op != 'd' AND {newer}", set=update)
         .whenNotMatchedInsert(condition="s._op != 'd'", values=insert)
     )
-    with _idempotent_write(spark, idempotence):
-        merge.execute()
-    return int(latest.count())
+    try:
+        with _idempotent_write(spark, idempotence):
+            merge.execute()
+        record_deletes(spark, latest, spec, path)  # after the MERGE: a replay redoes it
+        if changelog:
+            _append_changelog(rows, path, idempotence)
+        return int(latest.count())
+    finally:
+        latest.unpersist()
+
+
+def _append_changelog(rows: Any, path: str, idempotence: tuple[str, int] | None) -> None:
+    """Every event of the batch, in order, appended to ``<table>__changelog`` (history, audit)."""
+    writer = rows.withColumnRenamed("_op", "_pgcdc_op").write.format("delta").mode("append")\
+        .option("mergeSchema", "true")
+    if idempotence is not None:
+        writer = writer.option("txnAppId", idempotence[0]).option("txnVersion", idempotence[1])
+    writer.save(f"{path}__changelog")
 
 
 @contextmanager
@@ -225,7 +243,7 @@ def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterat
 
 
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, lake: str,
-                app_id: str) -> dict[str, int]:
+                app_id: str, changelog: bool = False) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table."""
     events = parse_envelopes(batch, catalog).persist()
     try:
@@ -233,7 +251,7 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, l
         for oid in check_versions(events, catalog):
             spec = catalog.latest(oid)
             applied[spec.qualified_name] = apply_table(
-                spark, events, spec, lake, idempotence=(app_id, batch_id))
+                spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog)
         return applied
     finally:
         events.unpersist()

@@ -30,6 +30,7 @@ class JobConfig:
     trigger_seconds: float | None = 1.0  # None: availableNow (process what is there, stop)
     max_offsets_per_trigger: int | None = None
     kafka_options: dict[str, str] | None = None
+    changelog: bool = False  # also append every event to <table>__changelog
 
 
 def read_catalog(spark: Any, config: JobConfig) -> CatalogLog:
@@ -71,7 +72,7 @@ def start(spark: Any, config: JobConfig,
             return
         catalog = read_catalog(spark, config)
         applied = apply_batch(spark, batch, batch_id, catalog=catalog, lake=config.lake,
-                              app_id=identity)
+                              app_id=identity, changelog=config.changelog)
         log.info("batch %d applied %s", batch_id, applied)
         if on_batch is not None:
             on_batch(batch_id, applied)

@@ -18,6 +18,10 @@ from typing import Any
 
 NUMERIC_MAX_PRECISION = 38
 
+# pgcdc's own columns in every lake table: the position of the change that wrote the row
+COMMIT_LSN = "_pgcdc_commit_lsn"
+ORDINAL = "_pgcdc_ordinal"
+
 
 @dataclass(frozen=True)
 class ColumnSpec:

@@ -121,3 +121,32 @@ def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_server
         (result,) = compare(conn, spark, lake, job.read_catalog(spark, config).tables())
     assert result.source.rows > 0
     assert result.equal, result
+
+
+def test_late_change_never_resurrects_a_deleted_row(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    _prepare(pg_dsn, ["public.t"])
+    pg_conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+    pg_conn.execute("DELETE FROM t WHERE id = 1")
+    pg_conn.execute("UPDATE t SET v = 'c' WHERE id = 2")
+    _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
+
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    everything = _whole_topic(spark, kafka_servers, topic_prefix)
+    apply_batch(spark, everything, 0, catalog=catalog, lake=lake, app_id="late",
+                changelog=True)
+    # the same inserts arrive again, alone, in a later batch (a replay split by a boundary)
+    late_inserts = everything.where("offset < 2")
+    apply_batch(spark, late_inserts, 1, catalog=catalog, lake=lake, app_id="late")
+    rows = spark.read.format("delta").load(f"{lake}/public.t").orderBy("id").collect()
+    assert [(r["id"], r["v"]) for r in rows] == [(2, "c")]
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, catalog.tables())
+    assert result.equal, result
+    changelog = spark.read.format("delta").load(f"{lake}/public.t__changelog")
+    assert sorted(r["_pgcdc_op"] for r in changelog.collect()) == ["c", "c", "d", "u"]

@@ -1,0 +1,68 @@
+"""Tombstones: a deleted key remembers the position of its delete.
+
+Delivery is at-least-once, so a change can reach the lake again after the
+delete that superseded it (a replay split across micro-batches, late data).
+Without a record of the delete, that older change would insert the row again.
+Each Delta table ``<table>`` therefore has a companion ``<table>__tombstones``
+holding, per deleted key, the ``(commit_lsn, ordinal)`` of its newest delete;
+a change older than its key's tombstone is left out of the MERGE.  A newer
+change (a re-insert) passes, so the tombstone never needs removing; keeping
+the table small is a matter of vacuuming keys whose tombstones are older than
+anything that can still be replayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streaming.evolution import quote
+from streaming.schema import COMMIT_LSN, ORDINAL, TableSpec
+
+
+def tombstone_path(path: str) -> str:
+    return f"{path}__tombstones"
+
+
+def _on(spec: TableSpec, left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{quote(c.name)} <=> {right}.{quote(c.name)}"
+                        for c in spec.key_columns)
+
+
+def _newer(left: str, right: str) -> str:
+    return (f"({left}.{COMMIT_LSN} > {right}.{COMMIT_LSN} OR ({left}.{COMMIT_LSN} = "
+            f"{right}.{COMMIT_LSN} AND {left}.{ORDINAL} > {right}.{ORDINAL}))")
+
+
+def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str) -> Any:
+    """The batch's latest changes without those older than their key's recorded delete."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    tombstones_at = tombstone_path(path)
+    if not DeltaTable.isDeltaTable(spark, tombstones_at):
+        return latest
+    tombstones = spark.read.format("delta").load(tombstones_at)
+    joined = latest.alias("s").join(tombstones.alias("d"), F.expr(_on(spec, "s", "d")), "left")
+    kept = joined.where(F.expr(f"d.{COMMIT_LSN} IS NULL OR {_newer('s', 'd')}"))
+    return kept.select("s.*")
+
+
+def record_deletes(spark: Any, latest: Any, spec: TableSpec, path: str) -> None:
+    """Remember the position of every delete among the batch's latest changes."""
+    from delta.tables import DeltaTable
+
+    keys = [quote(c.name) for c in spec.key_columns]
+    deletes = latest.where("_op = 'd'").select(*keys, COMMIT_LSN, ORDINAL)
+    if deletes.isEmpty():
+        return
+    tombstones_at = tombstone_path(path)
+    if not DeltaTable.isDeltaTable(spark, tombstones_at):
+        ddl = ", ".join([f"{quote(c.name)} {c.spark_type}" for c in spec.key_columns]
+                        + [f"{COMMIT_LSN} bigint", f"{ORDINAL} bigint"])
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(tombstones_at)} ({ddl}) USING DELTA")
+    (DeltaTable.forPath(spark, tombstones_at).alias("d")
+     .merge(deletes.alias("s"), _on(spec, "d", "s"))
+     .whenMatchedUpdate(condition=_newer("s", "d"),
+                        set={COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}"})
+     .whenNotMatchedInsertAll()
+     .execute())
