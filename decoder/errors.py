@@ -53,6 +53,16 @@ class SlotMissingError(ReplicationError, TerminalError):
         )
 
 
+class SlotInvalidatedError(ReplicationError, TerminalError):
+    def __init__(self, slot: str) -> None:
+        super().__init__(
+            f'replication slot "{slot}" was invalidated (wal_status lost): PostgreSQL removed '
+            "WAL it still needed (max_slot_wal_keep_size was exceeded), so changes are lost; "
+            "re-snapshot the tables into a new slot (pgcdc snapshot) and raise "
+            "max_slot_wal_keep_size or keep pgcdc running"
+        )
+
+
 class PublicationMissingError(ReplicationError, TerminalError):
     def __init__(self, publication: str) -> None:
         super().__init__(

@@ -16,6 +16,7 @@ from decoder.errors import (
     PublicationMissingError,
     ReplicationError,
     SlotInUseError,
+    SlotInvalidatedError,
     SlotMissingError,
     WalLevelError,
 )
@@ -127,6 +128,8 @@ def ensure_slot(conn: Conn, slot: str, *, create: bool, two_phase: bool = True) 
         msg = (f'replication slot "{slot}" uses plugin {info.plugin}, pgcdc needs pgoutput: '
                "choose another slot name with --slot")
         raise ReplicationError(msg)
+    if info.wal_status == "lost":
+        raise SlotInvalidatedError(slot)
     if info.active_pid is not None:
         raise SlotInUseError(slot, info.active_pid)
     return info

@@ -11,6 +11,7 @@ from decoder.errors import (
     MissingIdentityError,
     PublicationMissingError,
     SlotInUseError,
+    SlotInvalidatedError,
     WalLevelError,
 )
 from pgcdc.errors import JavaMissingError
@@ -80,3 +81,25 @@ def test_java_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(JavaMissingError, match="Java 17.*install"):
         java_binary()
+
+
+def test_invalidated_slot_is_a_typed_data_loss_error() -> None:
+    """T9: the slot fell behind max_slot_wal_keep_size and PostgreSQL invalidated it."""
+    with PostgresServer(settings={"max_slot_wal_keep_size": "'1MB'", "min_wal_size": "'32MB'",
+                                  "max_wal_size": "'32MB'"}) as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+            pipeline = Pipeline(PipelineConfig(server.dsn(), tables=["public.t"]),
+                                RecordingSink())
+            pipeline.prepare()
+            for _ in range(5):
+                conn.execute("INSERT INTO t SELECT g, repeat('x', 500) FROM "
+                             "generate_series(1, 3000) g ON CONFLICT (id) DO UPDATE "
+                             "SET pad = excluded.pad")
+                conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+            row = conn.execute("SELECT wal_status FROM pg_replication_slots").fetchone()
+            assert row == ("lost",)
+        again = Pipeline(PipelineConfig(server.dsn(), tables=["public.t"]), RecordingSink())
+        with pytest.raises(SlotInvalidatedError, match="invalidated.*re-snapshot"):
+            again.prepare()
