@@ -29,6 +29,9 @@ class JsonLinesSink:
         line = json.dumps({"table_version": table.to_dict(), "lsn": lsn}, separators=(",", ":"))
         self._out.write(line.encode() + b"\n")
 
+    def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
+        self._out.write(b'{"catalog_entry":' + entry.encode() + b"}\n")
+
     def write(self, event: ChangeEvent) -> None:
         now_ms = int(time.time() * 1000)
         self._out.write(encode_value(event, server_name=self._server_name, now_ms=now_ms) + b"\n")

@@ -3,7 +3,8 @@
 Topics: ``<prefix>.<schema>.<table>`` for changes (Avro by default, one writer
 schema per table version, see sinks/avro.py; or the Debezium JSON envelope,
 sinks/envelope.py), each delete followed by a tombstone (null value) unless
-disabled; ``<prefix>._catalog`` for table versions; ``<prefix>._messages`` for
+disabled; ``<prefix>._catalog`` for table versions; ``<prefix>._catalog_history`` for the
+catalog's change log (every version, by LSN); ``<prefix>._messages`` for
 logical decoding messages; optionally ``<prefix>._transactions`` with BEGIN and
 END events (per-table counts), as Debezium's transaction metadata.
 
@@ -129,6 +130,7 @@ class KafkaSink:
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
+        self.catalog_history_topic = f"{topic_prefix}._catalog_history"
         self.transaction_topic = (f"{topic_prefix}.{TRANSACTIONS_SUFFIX}"
                                   if transaction_topic else None)
         self._txn_counts: dict[str, int] = {}
@@ -159,6 +161,13 @@ class KafkaSink:
                    f"{detail}")
             raise DeliveryError(msg)
         self._published.add(key)
+
+    def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
+        """The catalog history, one record per version (key: the version number), in
+        ``<prefix>._catalog_history``; a consumer replays it into a CatalogHistory."""
+        if self.catalog_history_topic not in self._topics:
+            self._ensure_topic(self.catalog_history_topic, partitions=1, compact=True)
+        self._produce(self.catalog_history_topic, str(version).encode(), entry.encode(), [])
 
     def write(self, event: ChangeEvent) -> None:
         topic = self._table_topics.get(event.table.oid)

@@ -16,6 +16,9 @@ class NullSink:
     def publish_table(self, table: TableVersion, lsn: int) -> None:
         return None
 
+    def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
+        return None
+
     def write(self, event: ChangeEvent) -> None:
         self.events += 1
 

@@ -31,6 +31,11 @@ class Sink(Protocol):
     def publish_table(self, table: TableVersion, lsn: int) -> None:
         """Make a table definition durable before any event that uses it is written."""
 
+    def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
+        """Publish one entry of the catalog history (JSON, snapshot_builder.history.Entry),
+        so that consumers can rebuild ``catalog_at(lsn)`` from the sink alone; queued like an
+        event of the transaction that made it, so durable before that commit is."""
+
     def write(self, event: ChangeEvent) -> None:
         """Queue one event of the open transaction; may block when buffers are full."""
 

@@ -175,8 +175,12 @@ class CatalogHistory:
     def base(self) -> Catalog:
         return self._base
 
-    def entries(self) -> Iterator[Entry]:
-        return iter(self._entries)
+    def entries(self, after_version: int | None = None) -> Iterator[Entry]:
+        """The held entries, or only those creating versions after ``after_version``."""
+        if after_version is None:
+            return iter(self._entries)
+        start = max(0, after_version - self._base.version)
+        return iter(self._entries[start:])
 
     def append(self, change: Change, *, lsn: int, commit_time: int = 0,
                expected_version: int | None = None) -> Catalog:

@@ -15,6 +15,7 @@ class RecordingSink:
     def __init__(self, *, hold: bool = False) -> None:
         self.events: list[ChangeEvent] = []
         self.tables: list[TableVersion] = []
+        self.catalog_entries: list[str] = []
         self.ends: list[int] = []
         self.messages: list[tuple[LogicalMessage, int | None]] = []
         self._hold = hold
@@ -24,6 +25,9 @@ class RecordingSink:
 
     def publish_table(self, table: TableVersion, lsn: int) -> None:
         self.tables.append(table)
+
+    def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
+        self.catalog_entries.append(entry)
 
     def write(self, event: ChangeEvent) -> None:
         self.events.append(event)

@@ -88,17 +88,17 @@ def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_server
     """T14: kill -9 the Spark driver between micro-batches' commits, restart, same result."""
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
     _prepare(pg_dsn, ["public.t"])
-    for round_ in range(6):
+    for round_ in range(4):
         pg_conn.execute("INSERT INTO t SELECT g, %s FROM generate_series(%s::int, %s::int) g "
                         "ON CONFLICT (id) DO UPDATE SET v = excluded.v",
-                        (round_, round_ * 50, round_ * 50 + 120))
+                        (round_, round_ * 30, round_ * 30 + 60))
         pg_conn.execute("DELETE FROM t WHERE id %% 11 = %s", (round_,))
     _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
 
     lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
     argv = [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", kafka_servers,
             "--topic-prefix", topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
-            "--available-now", "--max-offsets-per-trigger", "40"]
+            "--available-now", "--max-offsets-per-trigger", "30"]
     log = tmp_path / "delta_log"
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     delta_log = tmp_path / "lake" / "public.t" / "_delta_log"
