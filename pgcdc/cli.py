@@ -8,14 +8,17 @@ configuration; 3 a terminal error (act on the message); 4 a transient error
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
 
 if TYPE_CHECKING:
@@ -25,6 +28,8 @@ EXIT_DIFFERS = 1
 EXIT_USAGE = 2
 EXIT_TERMINAL = 3
 EXIT_TRANSIENT = 4
+
+log = logging.getLogger(__name__)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -37,8 +42,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Change data capture from PostgreSQL (pgoutput) through Kafka into Delta "
                     "tables. Every option also reads PGCDC_<OPTION> from the environment.",
     )
-    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "WARNING"),
-                        help="logging level (default WARNING)")
+    parser.add_argument("--log-level", help="logging level (default WARNING)")
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        help="log lines as text (default) or one JSON object per line")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the whole pipeline on a sample workload and compare "
@@ -56,65 +62,55 @@ def _parser() -> argparse.ArgumentParser:
                       help="Kafka value format (default avro)")
 
     run = sub.add_parser("run", help="stream a slot into a sink until interrupted")
-    run.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None,
-                     help="PostgreSQL connection string (a role with REPLICATION)")
-    run.add_argument("--slot", default=_env("SLOT", "pgcdc"))
-    run.add_argument("--publication", default=_env("PUBLICATION", "pgcdc"))
-    run.add_argument("--tables", default=_env("TABLES"),
-                     help="comma-separated schema.table list for a publication pgcdc creates")
-    run.add_argument("--sink", choices=["kafka", "jsonl", "null"], default=_env("SINK", "kafka"))
-    run.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"))
-    run.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
-    run.add_argument("--format", choices=["avro", "json"], default=_env("FORMAT", "avro"),
-                     help="Kafka value format: Avro with a writer schema per table version "
-                          "(default), or Debezium-compatible JSON")
-    run.add_argument("--no-tombstones", action="store_true",
+    _source_options(run)
+    _sink_options(run)
+    run.add_argument("--no-tombstones", action="store_true", default=None,
                      help="do not follow a delete with a tombstone (null value)")
-    run.add_argument("--transaction-topic", action="store_true",
+    run.add_argument("--transaction-topic", action="store_true", default=None,
                      help="publish BEGIN/END transaction metadata to <prefix>._transactions")
-    run.add_argument("--output", default=_env("OUTPUT", "-"),
-                     help="file for --sink jsonl (default stdout)")
-    run.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
+    run.add_argument("--progress-file", type=Path,
                      help="where the durable position is stored and checked against the slot "
                           "at start (default ~/.local/state/pgcdc/<slot>.json)")
-
-    _catalog_option(run)
-    run.add_argument("--initial-load", action="store_true",
+    _catalog_option(run, default=None)
+    run.add_argument("--initial-load", action="store_true", default=None,
                      help="if the slot does not exist yet, create it with an exported snapshot "
                           "and load every published table first (an interrupted load resumes)")
     _add_load_options(run)
+    run.add_argument("--metrics-port", type=int,
+                     help="serve /metrics, /health/live and /health/ready on this port "
+                          "(default: off)")
+    run.add_argument("--metrics-host",
+                     help="address for --metrics-port (default 127.0.0.1)")
+    run.add_argument("--max-lag-bytes", type=int,
+                     help="WAL-retention guard: act when the slot holds more WAL than this")
+    run.add_argument("--on-lag", choices=["warn", "stop"],
+                     help="past --max-lag-bytes: warn (log and count, default) or stop "
+                          "(exit 3)")
 
     snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
                                                "every published table as read events, and exit "
                                                "(run it again to resume an interrupted load)")
-    snapshot.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None,
-                          help="PostgreSQL connection string (a role with REPLICATION)")
-    snapshot.add_argument("--slot", default=_env("SLOT", "pgcdc"))
-    snapshot.add_argument("--publication", default=_env("PUBLICATION", "pgcdc"))
-    snapshot.add_argument("--tables", default=_env("TABLES"),
-                          help="comma-separated schema.table list for a publication pgcdc "
-                               "creates")
-    snapshot.add_argument("--sink", choices=["kafka", "jsonl", "null"],
-                          default=_env("SINK", "kafka"))
-    snapshot.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"))
-    snapshot.add_argument("--topic-prefix", default=_env("TOPIC_PREFIX", "pgcdc"))
-    snapshot.add_argument("--format", choices=["avro", "json"], default=_env("FORMAT", "avro"),
-                          help="Kafka value format (default avro)")
-    snapshot.add_argument("--output", default=_env("OUTPUT", "-"),
-                          help="file for --sink jsonl (default stdout)")
-    snapshot.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"),
+    _source_options(snapshot)
+    _sink_options(snapshot)
+    snapshot.add_argument("--progress-file", type=Path,
                           help="the slot's streaming progress: a new slot refuses to replace "
                                "stored progress (default ~/.local/state/pgcdc/<slot>.json)")
-    _catalog_option(snapshot)
-    snapshot.set_defaults(no_tombstones=False, transaction_topic=False)
+    _catalog_option(snapshot, default=None)
     _add_load_options(snapshot)
 
     status = sub.add_parser("status", help="the slot, its lag, stored progress and the "
                                            "catalog version")
-    status.add_argument("--dsn", default=_env("DSN"), required=_env("DSN") is None)
-    status.add_argument("--slot", default=_env("SLOT", "pgcdc"))
-    status.add_argument("--progress-file", type=Path, default=_env("PROGRESS_FILE"))
-    _catalog_option(status)
+    _source_options(status, publication=False)
+    status.add_argument("--progress-file", type=Path)
+    _catalog_option(status, default=None)
+
+    slot = sub.add_parser("slot", help="create or drop the replication slot")
+    slot.add_argument("action", choices=["create", "drop"])
+    _source_options(slot, publication=False)
+    slot.add_argument("--no-two-phase", action="store_true",
+                      help="create: without two-phase decoding")
+    slot.add_argument("--yes", action="store_true",
+                      help="drop: do not ask for confirmation (needed without a terminal)")
 
     catalog = sub.add_parser("catalog", help="the time-travel catalog: show | history | diff")
     catalog.add_argument("action", choices=["show", "history", "diff"])
@@ -141,18 +137,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _source_options(parser: argparse.ArgumentParser, *, publication: bool = True) -> None:
+    """Options read through :mod:`pgcdc.config`: their default is None (not given), so that
+    the config file and PGCDC_* variables apply underneath them."""
+    parser.add_argument("--config", type=Path, default=_env("CONFIG"),
+                        help="a TOML config file (flags > PGCDC_* variables > the file)")
+    parser.add_argument("--dsn", help="PostgreSQL connection string (a role with REPLICATION); "
+                                      "the password may also come from PGCDC_PASSWORD")
+    parser.add_argument("--slot", help="replication slot (default pgcdc)")
+    if publication:
+        parser.add_argument("--publication", help="publication (default pgcdc)")
+        parser.add_argument("--tables",
+                            help="comma-separated schema.table list for a publication pgcdc "
+                                 "creates")
+
+
+def _sink_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sink", choices=["kafka", "jsonl", "null"], help="default kafka")
+    parser.add_argument("--bootstrap-servers")
+    parser.add_argument("--topic-prefix", help="default pgcdc")
+    parser.add_argument("--format", choices=["avro", "json"],
+                        help="Kafka value format: Avro with a writer schema per table version "
+                             "(default), or Debezium-compatible JSON")
+    parser.add_argument("--output", help="file for --sink jsonl (default stdout)")
+
+
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--load-state", type=Path, default=_env("LOAD_STATE"),
+    parser.add_argument("--load-state", type=Path,
                         help="the initial load's state, for resuming it "
                              "(default ~/.local/state/pgcdc/<slot>.load.json)")
-    parser.add_argument("--readers", type=int, default=int(_env("READERS", "4") or 4),
+    parser.add_argument("--readers", type=int,
                         help="connections reading tables in parallel (default 4)")
-    parser.add_argument("--chunk-pages", type=int, default=int(_env("CHUNK_PAGES", "1024") or 1024),
+    parser.add_argument("--chunk-pages", type=int,
                         help="pages per chunk, the unit of resuming (default 1024)")
 
 
-def _catalog_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--catalog-dir", type=Path, default=_env("CATALOG_DIR"),
+def _catalog_option(parser: argparse.ArgumentParser, *,
+                    default: str | None | Literal[False] = False) -> None:
+    parser.add_argument("--catalog-dir", type=Path,
+                        default=_env("CATALOG_DIR") if default is False else default,
                         help="the persisted catalog history "
                              "(default ~/.local/state/pgcdc/<slot>.catalog)")
 
@@ -166,31 +189,84 @@ def _state_paths(args: argparse.Namespace) -> tuple[Path, Path]:
     return progress, catalog
 
 
+def _paths(settings: Settings) -> tuple[Path, Path, Path]:
+    """Stored progress, the catalog history and the load state: configured, or per slot."""
+    state = Path.home() / ".local" / "state" / "pgcdc"
+    slot = settings.source.slot
+    return (settings.state.progress_file or state / f"{slot}.json",
+            settings.state.catalog_dir or state / f"{slot}.catalog",
+            settings.state.load_state or state / f"{slot}.load.json")
+
+
+_CONFIGURED = ("run", "snapshot", "status", "slot")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        settings = None
+        if args.command in _CONFIGURED:
+            settings = load_settings(vars(args), config_file=args.config)
+            _configure_logging(settings.log.level, settings.log.format)
+        else:
+            _configure_logging((args.log_level or _env("LOG_LEVEL", "WARNING") or "").upper(),
+                               args.log_format or _env("LOG_FORMAT", "text") or "text")
         if args.command == "demo":
             return _demo(args)
-        if args.command == "run":
-            return _run(args)
-        if args.command == "status":
-            return _status(args)
         if args.command == "catalog":
             return _catalog(args)
-        if args.command == "snapshot":
-            return _snapshot(args)
-        return _spark(args)
+        if args.command == "spark":
+            return _spark(args)
+        assert settings is not None
+        if args.command == "run":
+            return _run(settings)
+        if args.command == "status":
+            return _status(settings)
+        if args.command == "slot":
+            return _slot(settings, args)
+        return _snapshot(settings)
     except ConfigError as exc:
-        print(f"pgcdc: {exc}", file=sys.stderr)
+        print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except TransientError as exc:
-        print(f"pgcdc: {exc}", file=sys.stderr)
+        print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_TRANSIENT
     except PgcdcError as exc:
-        print(f"pgcdc: {exc}", file=sys.stderr)
+        print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_TERMINAL
+
+
+class _TextFormatter(logging.Formatter):
+    """The usual text line, with any connection-string password redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_dsn(super().format(record))
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, thread and,
+    when there is one, the exception; passwords in connection strings are redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact_dsn(record.getMessage()),
+            "thread": record.threadName,
+        }
+        if record.exc_info:
+            entry["exception"] = redact_dsn(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+def _configure_logging(level: str, log_format: str) -> None:
+    """The only place that installs a handler: the library code just logs."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -202,46 +278,66 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if print_report(results) else EXIT_DIFFERS
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(settings: Settings) -> int:
+    from pgcdc.metrics import MetricsServer
     from pgcdc.pipeline import Pipeline, PipelineConfig
 
-    sink = _sink(args)
-    tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
-    progress_file = args.progress_file or (
-        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.json")
-    if args.initial_load and not _initial_load(args, sink, tables, Path(progress_file)):
+    log.info("streaming slot %s from %s", settings.source.slot,
+             redact_dsn(settings.source.conninfo()))
+    sink = _sink(settings)
+    progress_file, catalog_dir, _ = _paths(settings)
+    if settings.load.initial and not _initial_load(settings, sink, only_pending=True):
         sink.close()  # stopped during the load: nothing to stream yet
         return 0
-    _, catalog_dir = _state_paths(args)
-    pipeline = Pipeline(PipelineConfig(args.dsn, slot=args.slot, publication=args.publication,
-                                       tables=tables, progress_file=Path(progress_file),
-                                       catalog_dir=catalog_dir), sink)
-    pipeline.prepare()
+    service = settings.service
+    pipeline = Pipeline(PipelineConfig(
+        settings.source.conninfo(), slot=settings.source.slot,
+        publication=settings.source.publication, tables=settings.source.tables,
+        progress_file=progress_file, catalog_dir=catalog_dir,
+        status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes,
+        on_lag=service.on_lag, lag_interval=service.lag_interval,
+        sample_lag=service.metrics_port is not None), sink)
+    metrics = None
+    if service.metrics_port is not None:
+        try:
+            metrics = MetricsServer(pipeline, host=service.metrics_host,
+                                    port=service.metrics_port,
+                                    ready_age=max(10.0, 3 * service.status_interval)).start()
+        except OSError as exc:
+            sink.close()
+            msg = (f"cannot serve metrics on {service.metrics_host}:{service.metrics_port}: "
+                   f"{exc.strerror}; choose another --metrics-port")
+            raise ConfigError(msg) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        pipeline.prepare()
         pipeline.run(stop=stop)
     finally:
         sink.close()
+        if metrics is not None:
+            metrics.close()
     return 0
 
 
-def _sink(args: argparse.Namespace) -> Sink:
+def _sink(settings: Settings) -> Sink:
     sink: Sink
-    if args.sink == "kafka":
-        if not args.bootstrap_servers:
-            msg = "--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS)"
+    cfg = settings.sink
+    if cfg.kind == "kafka":
+        if not cfg.bootstrap_servers:
+            msg = ("--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS, or "
+                   "sink.bootstrap_servers in the config file)")
             raise ConfigError(msg)
         from sinks.kafka import KafkaSink
 
-        sink = KafkaSink(args.bootstrap_servers, topic_prefix=args.topic_prefix,
-                         value_format=args.format, tombstones=not args.no_tombstones,
-                         transaction_topic=args.transaction_topic)
-    elif args.sink == "jsonl":
+        sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
+                         value_format=cfg.format, tombstones=cfg.tombstones,
+                         transaction_topic=cfg.transaction_topic)
+    elif cfg.kind == "jsonl":
         from sinks.jsonlines import JsonLinesSink
 
-        sink = JsonLinesSink(args.output)
+        sink = JsonLinesSink(cfg.output)
     else:
         from sinks.null import NullSink
 
@@ -249,13 +345,10 @@ def _sink(args: argparse.Namespace) -> Sink:
     return sink
 
 
-def _snapshot(args: argparse.Namespace) -> int:
-    sink = _sink(args)
-    tables = [t.strip() for t in args.tables.split(",")] if args.tables else None
-    progress_file = args.progress_file or (
-        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.json")
+def _snapshot(settings: Settings) -> int:
+    sink = _sink(settings)
     try:
-        complete = _initial_load(args, sink, tables, Path(progress_file))
+        complete = _initial_load(settings, sink, only_pending=False)
     finally:
         sink.close()
     if not complete:
@@ -265,19 +358,20 @@ def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _initial_load(args: argparse.Namespace, sink: Sink, tables: list[str] | None,
-                  progress_file: Path) -> bool:
+def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool:
     """Load (or resume loading) the slot's tables; progress and a summary go to stderr.
-    For ``run``, only when the slot does not exist yet or its load is unfinished."""
+    With ``only_pending`` (for ``run``), only when the slot does not exist yet or its load
+    is unfinished."""
     from snapshot_builder.initial_load import InitialLoad, LoadConfig
 
-    state_file = args.load_state or (
-        Path.home() / ".local" / "state" / "pgcdc" / f"{args.slot}.load.json")
-    load = InitialLoad(LoadConfig(args.dsn, Path(state_file), slot=args.slot,
-                                  publication=args.publication, tables=tables,
-                                  readers=args.readers, chunk_pages=args.chunk_pages,
+    progress_file, _, state_file = _paths(settings)
+    source = settings.source
+    load = InitialLoad(LoadConfig(source.conninfo(), state_file, slot=source.slot,
+                                  publication=source.publication, tables=source.tables,
+                                  readers=settings.load.readers,
+                                  chunk_pages=settings.load.chunk_pages,
                                   progress_file=progress_file), sink)
-    if args.command == "run" and not load.pending():
+    if only_pending and not load.pending():
         return True
     stop = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stop.set())
@@ -292,11 +386,56 @@ def _initial_load(args: argparse.Namespace, sink: Sink, tables: list[str] | None
     return summary.complete
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(settings: Settings) -> int:
     from pgcdc.status import render, status_report
 
-    progress_file, catalog_dir = _state_paths(args)
-    print(render(status_report(args.dsn, args.slot, progress_file, catalog_dir)))
+    progress_file, catalog_dir, _ = _paths(settings)
+    print(render(status_report(settings.source.conninfo(), settings.source.slot, progress_file,
+                               catalog_dir)))
+    return 0
+
+
+def _slot(settings: Settings, args: argparse.Namespace) -> int:
+    """``pgcdc slot create|drop``: drop asks first (``--yes`` skips; no terminal, no drop)."""
+    import psycopg
+
+    from decoder.errors import SlotInUseError, SlotMissingError
+    from decoder.lsn import format_lsn
+    from decoder.slot import drop_slot, ensure_slot, slot_info
+
+    slot = settings.source.slot
+    if args.action == "drop" and not args.yes:
+        if not sys.stdin.isatty():
+            msg = (f'refusing to drop replication slot "{slot}" without confirmation: '
+                   "stdin is not a terminal; pass --yes to drop it")
+            raise ConfigError(msg)
+        answer = input(f'drop replication slot "{slot}"? The server discards the WAL it keeps '
+                       "for it and pgcdc cannot resume from it. Type the slot name to confirm: ")
+        if answer.strip() != slot:
+            print("pgcdc: not dropped", file=sys.stderr)
+            return EXIT_USAGE
+    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
+        info = slot_info(conn, slot)
+        if args.action == "create":
+            if info is not None:
+                print(f'replication slot "{slot}" already exists '
+                      f"(confirmed {format_lsn(info.confirmed_flush_lsn or 0)})")
+                return 0
+            info = ensure_slot(conn, slot, create=True, two_phase=not args.no_two_phase)
+            print(f'created replication slot "{slot}" at '
+                  f"{format_lsn(info.confirmed_flush_lsn or 0)}")
+            return 0
+        if info is None:
+            raise SlotMissingError(slot)
+        if info.active_pid is not None:
+            raise SlotInUseError(slot, info.active_pid)
+        drop_slot(conn, slot)
+    print(f'dropped replication slot "{slot}"')
+    progress_file, catalog_dir, _ = _paths(settings)
+    if progress_file.exists():
+        print(f"pgcdc: {progress_file} still holds the dropped slot's progress, so pgcdc run "
+              "refuses to start from a new slot: remove it (and "
+              f"{catalog_dir}) to start over", file=sys.stderr)
     return 0
 
 

@@ -43,6 +43,7 @@ from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
+from pgcdc.errors import PgcdcError, TerminalError
 from pgcdc.progress import ProgressStore, StoredProgress, check_against_slot
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
@@ -78,6 +79,24 @@ class PipelineConfig:
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
     catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
     capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)
+    # the WAL-retention guard: the slot's lag (server WAL end minus confirmed_flush_lsn),
+    # sampled over a normal connection at most every lag_interval seconds
+    max_lag_bytes: int | None = None
+    on_lag: str = "warn"  # "warn" (log and count) or "stop" (raise LagLimitError)
+    lag_interval: float = 5.0
+    sample_lag: bool = False  # sample the lag even without a limit (for metrics)
+
+
+class LagLimitError(TerminalError):
+    """The slot holds more WAL than ``max_lag_bytes`` and ``on_lag`` is ``stop``."""
+
+    def __init__(self, slot: str, lag: int, limit: int) -> None:
+        super().__init__(
+            f'replication slot "{slot}" is {lag} bytes behind the server\'s WAL, more than '
+            f"--max-lag-bytes {limit}: the sink is too slow or stuck and the server keeps "
+            "the WAL for it; fix the sink, raise the limit, or use --on-lag warn")
+        self.lag = lag
+        self.limit = limit
 
 
 @dataclass
@@ -89,7 +108,22 @@ class Progress:
     reconnects: int = 0
     streamed_transactions: int = 0
     aborted_transactions: int = 0
-    by_table: dict[str, int] = field(default_factory=dict)
+    by_table_op: dict[tuple[str, str], int] = field(default_factory=dict)
+    # sampled at each status update (read by the metrics thread; written by the loop only)
+    streaming: bool = False
+    last_status_at: float = 0.0  # time.monotonic() of the last status update sent
+    in_flight: int = 0
+    buffered_bytes: int = 0
+    lag_bytes: int | None = None  # the slot's lag, when sampled (PipelineConfig.sample_lag)
+    lag_exceeded: int = 0  # lag samples above max_lag_bytes
+    errors: dict[str, int] = field(default_factory=dict)  # by exception class name
+
+    @property
+    def by_table(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for (table, _op), count in list(self.by_table_op.items()):
+            out[table] = out.get(table, 0) + count
+        return out
 
 
 def protocol_for(server_version: int) -> int:
@@ -136,6 +170,8 @@ class Pipeline:
         self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._stored = -1
         self._attach_xmax = 0
+        self._catalog_published = -1  # every history entry goes to the sink once per run
+        self._last_lag_check = 0.0
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -235,6 +271,7 @@ class Pipeline:
                 self._session(stop, until_lsn, on_progress)
                 return self.progress
             except (ConnectionLostError, DeliveryError) as exc:
+                self._count_error(exc)
                 if isinstance(exc, DeliveryError):
                     self.sink.reset()
                 # count failures in a row: progress since the last one starts over
@@ -249,6 +286,13 @@ class Pipeline:
                 self.progress.reconnects += 1
                 if stop.wait(delay):
                     return self.progress
+            except PgcdcError as exc:
+                self._count_error(exc)
+                raise
+
+    def _count_error(self, exc: Exception) -> None:
+        kind = type(exc).__name__
+        self.progress.errors[kind] = self.progress.errors.get(kind, 0) + 1
 
     def _session(self, stop: threading.Event, until_lsn: int | None,
                  on_progress: Callable[[Progress], None] | None) -> None:
@@ -256,6 +300,7 @@ class Pipeline:
         stream.connect()
         try:
             stream.start(self.config.slot, self._flushed, self._options(stream.server_version))
+            self.progress.streaming = True
             last_report = 0.0
             while not stop.is_set():
                 message = stream.read(timeout=0.1)
@@ -279,6 +324,7 @@ class Pipeline:
             self._send_status(stream, force=True)
             stream.finish()
         finally:
+            self.progress.streaming = False
             stream.close()
             if self._catalog_conn is not None:
                 self._catalog_conn.close()
@@ -434,6 +480,9 @@ class Pipeline:
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
             self.builder.commit(self._txn.commit_lsn, self._txn.commit_time)
+        for entry in self.builder.history.entries(after_version=self._catalog_published):
+            self.sink.publish_catalog(entry.version, entry.lsn, entry.to_json())
+            self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
         self.sink.end_transaction(end_lsn)
         self._txn = None
         self.progress.transactions += 1
@@ -482,8 +531,8 @@ class Pipeline:
                                     txn.ordinal, txn.xid, txn.commit_time))
         txn.ordinal += 1
         self.progress.events += 1
-        name = table.qualified_name
-        self.progress.by_table[name] = self.progress.by_table.get(name, 0) + 1
+        key = (table.qualified_name, op)
+        self.progress.by_table_op[key] = self.progress.by_table_op.get(key, 0) + 1
 
     # --- acknowledgement ------------------------------------------------------------------
 
@@ -506,8 +555,14 @@ class Pipeline:
             return
         self._last_status = now
         self.progress.durable_lsn = self._flushed
+        self.progress.in_flight = self.sink.in_flight()
+        self.progress.buffered_bytes = self.pending.buffered_bytes
         if self.builder.state is BuilderState.FULL_SNAPSHOT:
             self._check_running_finished()
+        if ((self.config.max_lag_bytes is not None or self.config.sample_lag)
+                and now - self._last_lag_check >= self.config.lag_interval):
+            self._last_lag_check = now
+            self._check_lag()
         if self._store is not None and self._flushed > self._stored:
             failpoints.hit("before_progress_store")
             system_id, database = self._identity
@@ -516,4 +571,30 @@ class Pipeline:
             failpoints.hit("after_progress_store")
         # While idle, ask for a keepalive: its wal_end lets an idle slot advance.
         stream.send_status(self.progress.received_lsn, self._flushed, self._flushed, reply=idle)
+        self.progress.last_status_at = time.monotonic()
         failpoints.hit("after_status_update")
+
+    def _check_lag(self) -> None:
+        """The WAL-retention guard: the slot's lag, from the server over a normal connection."""
+        try:
+            if self._catalog_conn is None or self._catalog_conn.closed:
+                self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
+            row = self._catalog_conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)).fetchone()
+        except psycopg.OperationalError as exc:  # a missed sample must not stop streaming
+            log.warning("cannot sample the lag of slot %s: %s", self.config.slot, exc)
+            return
+        if row is None or row[0] is None:
+            return
+        lag = int(str(row[0]))
+        self.progress.lag_bytes = lag
+        limit = self.config.max_lag_bytes
+        if limit is None or lag <= limit:
+            return
+        self.progress.lag_exceeded += 1
+        if self.config.on_lag == "stop":
+            raise LagLimitError(self.config.slot, lag, limit)
+        log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
+                    "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms it",
+                    self.config.slot, lag, limit)

@@ -180,3 +180,39 @@ def test_ddl_without_the_trigger_is_an_error_not_a_guess(pg_conn: Conn, pg_dsn: 
             pipeline.run(until_lsn=current_wal_lsn(pg_conn))
     finally:
         pg_conn.execute("ALTER EVENT TRIGGER pgcdc_ddl ENABLE")
+
+
+def test_catalog_rebuilt_from_kafka_equals_the_builders(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str) -> None:
+    from sinks.kafka import KafkaSink
+    from snapshot_builder.history import CatalogHistory, Entry
+    from tests.oracle import raw_records
+
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    pg_conn.execute("CREATE TABLE u (id int PRIMARY KEY)")
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.t", "public.u"]), sink)
+    pipeline.prepare()
+    lsns = [current_wal_lsn(pg_conn)]
+    for ddl, table in (("ALTER TABLE t ADD COLUMN w text", "t"),
+                       ("ALTER TABLE t RENAME TO t2", "t2"),
+                       ("ALTER TABLE u ADD COLUMN x int", "t2"), ("DROP TABLE u", "t2"),
+                       ("ALTER TABLE t2 ALTER COLUMN v TYPE bigint", "t2")):
+        pg_conn.execute(ddl)
+        pg_conn.execute(psycopg.sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 1)").format(
+            psycopg.sql.Identifier(table)), (len(lsns),))
+        lsns.append(current_wal_lsn(pg_conn))
+    pipeline.run(until_lsn=lsns[-1])
+    sink.close()
+
+    records = raw_records(kafka_servers, sink.catalog_history_topic, timeout=60)
+    entries = sorted({int(r.key): Entry.from_json(r.value.decode()) for r in records}.items())
+    rebuilt = CatalogHistory()
+    for version, entry in entries:
+        rebuilt.append(entry.change, lsn=entry.lsn, commit_time=entry.commit_time,
+                       expected_version=version - 1)
+    own = pipeline.builder.history
+    assert rebuilt.latest.version == own.latest.version >= 6
+    probes = set(lsns) | {e.lsn for e in own.entries()} | {e.lsn - 1 for e in own.entries()}
+    for lsn in sorted(p for p in probes if p >= own.base.lsn):
+        assert rebuilt.catalog_at(lsn) == own.catalog_at(lsn), lsn

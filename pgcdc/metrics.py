@@ -1,0 +1,185 @@
+"""Prometheus metrics and health checks of a running pipeline, over HTTP.
+
+A small :mod:`http.server` on its own daemon thread serves:
+
+* ``/metrics``: the Prometheus text format (version 0.0.4);
+* ``/health/live``: 200 while the process runs;
+* ``/health/ready``: 200 once the pipeline streams and its last status update to
+  PostgreSQL is recent, 503 otherwise.
+
+The thread only reads: the streaming loop writes :class:`pgcdc.pipeline.Progress` and
+the builder's state, this module copies them at scrape time.  The lag gauge is the
+slot's lag as the server reports it (``pg_current_wal_lsn()`` minus the slot's
+``confirmed_flush_lsn``), sampled by the loop over a normal connection at most every
+``PipelineConfig.lag_interval`` seconds; it is absent until the first sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+from snapshot_builder.builder import BuilderState
+
+if TYPE_CHECKING:
+    from pgcdc.pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Family:
+    """One metric family: its HELP and TYPE lines and its samples."""
+
+    def __init__(self, name: str, kind: str, help_text: str) -> None:
+        self.lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        self.name = name
+
+    def add(self, value: float, **labels: str) -> _Family:
+        if labels:
+            body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self.lines.append(f"{self.name}{{{body}}} {_number(value)}")
+        else:
+            self.lines.append(f"{self.name} {_number(value)}")
+        return self
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def render(pipeline: Pipeline) -> str:
+    """The pipeline's metrics in the Prometheus text format."""
+    p = pipeline.progress
+    families: list[_Family] = []
+
+    events = _Family("pgcdc_events_total", "counter", "Change events written to the sink.")
+    for (table, op), count in sorted(dict(p.by_table_op).items()):
+        events.add(count, table=table, op=op)
+    families.append(events)
+    families.append(_Family("pgcdc_transactions_total", "counter",
+                            "Transactions ended (committed or aborted).").add(p.transactions))
+    families.append(_Family("pgcdc_received_lsn", "gauge",
+                            "Highest WAL position received from the server.")
+                    .add(p.received_lsn))
+    families.append(_Family("pgcdc_flushed_lsn", "gauge",
+                            "WAL position confirmed to the server (durable in the sink).")
+                    .add(p.durable_lsn))
+    lag = _Family("pgcdc_slot_lag_bytes", "gauge",
+                  "Server WAL end minus the slot's confirmed_flush_lsn, sampled.")
+    if p.lag_bytes is not None:
+        lag.add(p.lag_bytes)
+    families.append(lag)
+    families.append(_Family("pgcdc_slot_lag_exceeded_total", "counter",
+                            "Lag samples above --max-lag-bytes.").add(p.lag_exceeded))
+    families.append(_Family("pgcdc_in_flight_events", "gauge",
+                            "Events handed to the sink and not yet durable.").add(p.in_flight))
+    families.append(_Family("pgcdc_pending_buffered_bytes", "gauge",
+                            "Bytes of streamed and prepared transactions kept until commit.")
+                    .add(p.buffered_bytes))
+    state = _Family("pgcdc_builder_state", "gauge",
+                    "The snapshot builder's state (1 for the current one).")
+    current = pipeline.builder.state
+    for member in BuilderState:
+        state.add(1 if member is current else 0, state=member.value)
+    families.append(state)
+    families.append(_Family("pgcdc_catalog_generation", "gauge",
+                            "Committed catalog changes so far.")
+                    .add(pipeline.builder.generation))
+    families.append(_Family("pgcdc_reconnects_total", "counter",
+                            "Sessions restarted after a lost connection or failed delivery.")
+                    .add(p.reconnects))
+    errors = _Family("pgcdc_errors_total", "counter", "Errors by kind (exception class).")
+    for kind, count in sorted(dict(p.errors).items()):
+        errors.add(count, kind=kind)
+    families.append(errors)
+    families.append(_Family("pgcdc_streaming", "gauge",
+                            "1 while a replication session is streaming.")
+                    .add(1 if p.streaming else 0))
+    return "\n".join(line for f in families for line in f.lines) + "\n"
+
+
+def ready(pipeline: Pipeline, *, max_age: float) -> tuple[bool, str]:
+    """Streaming and the last status update at most ``max_age`` seconds old."""
+    p = pipeline.progress
+    if not p.streaming:
+        return False, "not streaming"
+    age = time.monotonic() - p.last_status_at
+    if p.last_status_at == 0.0 or age > max_age:
+        return False, f"last status update {age:.1f} s ago"
+    return True, "ready"
+
+
+class MetricsServer:
+    """Serves a pipeline's metrics and health on ``host:port`` from a daemon thread.
+
+    ``ready_age``: how old the last status update may be for ``/health/ready``.
+    """
+
+    def __init__(self, pipeline: Pipeline, *, host: str = "127.0.0.1", port: int,
+                 ready_age: float = 10.0) -> None:
+        self.pipeline = pipeline
+        self.ready_age = ready_age
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="pgcdc-metrics", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics", *self.address)
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._reply(200, render(owner.pipeline), CONTENT_TYPE)
+                elif path == "/health/live":
+                    self._reply(200, "live\n")
+                elif path == "/health/ready":
+                    ok, reason = ready(owner.pipeline, max_age=owner.ready_age)
+                    self._reply(200 if ok else 503, reason + "\n")
+                else:
+                    self._reply(404, "not found: /metrics, /health/live, /health/ready\n")
+
+            def _reply(self, code: int, body: str,
+                       content_type: str = "text/plain; charset=utf-8") -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                log.debug("metrics request: " + format, *args)
+
+        return Handler
