@@ -277,7 +277,12 @@ class KafkaSink:
         log.warning("kafka producer recreated; resending from the durable position")
 
     def close(self) -> None:
+        """Flush, then let the clients go (librdkafka stops its threads and connections)."""
+        if not hasattr(self, "_producer"):
+            return  # closed already
         self._producer.flush(30)
+        del self._producer
+        del self._admin
 
     # --- topics ---------------------------------------------------------------------------
 
