@@ -256,3 +256,14 @@ def _server_error(res: pq.abc.PGresult | None, query: str) -> ReplicationError:
     sqlstate = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
     message = (res.error_message or b"").decode(errors="replace").strip()
     return ReplicationError(f"{query!r} failed [{sqlstate}]: {message}")
+
+
+def identify_system(dsn: str) -> tuple[str, str]:
+    """The server's system identifier and the database name, from IDENTIFY_SYSTEM."""
+    stream = ReplicationConnection(dsn)
+    stream.connect()
+    try:
+        system_id, _timeline, _lsn, database = stream.command("IDENTIFY_SYSTEM")[0]
+    finally:
+        stream.close()
+    return str(system_id), str(database)

@@ -31,7 +31,7 @@ from decoder import pgoutput as pg
 from decoder.change import CREATE, DELETE, TRUNCATE, UPDATE, ChangeEvent, RowDecoder
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
-from decoder.replication import Keepalive, ReplicationConnection, XLogData
+from decoder.replication import Keepalive, ReplicationConnection, XLogData, identify_system
 from decoder.slot import (
     check_identity,
     check_wal_level,
@@ -178,7 +178,7 @@ class Pipeline:
     def prepare(self) -> None:
         """Check the server and create the publication and slot as configured."""
         cfg = self.config
-        self._identity = self._identify()
+        self._identity = identify_system(cfg.dsn)
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
             if self._store is not None:
@@ -231,16 +231,6 @@ class Pipeline:
             "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
         if row is not None and int(str(row[0])) > self._attach_xmax:
             self.builder.running_finished()
-
-    def _identify(self) -> tuple[str, str]:
-        """The system identifier and database name, from IDENTIFY_SYSTEM."""
-        stream = ReplicationConnection(self.config.dsn)
-        stream.connect()
-        try:
-            system_id, _timeline, _lsn, dbname = stream.command("IDENTIFY_SYSTEM")[0]
-        finally:
-            stream.close()
-        return str(system_id), str(dbname)
 
     def _options(self, server_version: int) -> dict[str, str]:
         version = self.config.protocol_version or protocol_for(server_version)

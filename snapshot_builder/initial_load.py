@@ -78,7 +78,12 @@ from psycopg import sql
 
 from decoder.change import RowDecoder
 from decoder.errors import SlotInUseError
-from decoder.replication import SESSION_OPTIONS, ReplicationConnection, now_pg_micros
+from decoder.replication import (
+    SESSION_OPTIONS,
+    ReplicationConnection,
+    identify_system,
+    now_pg_micros,
+)
 from decoder.slot import (
     SlotInfo,
     check_identity,
@@ -221,7 +226,7 @@ class InitialLoad:
         if state is None:
             state, snapshot = self._create_slot()
         else:
-            if _identify(cfg.dsn) != (state.system_identifier, state.database):
+            if identify_system(cfg.dsn) != (state.system_identifier, state.database):
                 msg = (f"{self.store.path} holds a load from database {state.database!r} of "
                        f"system {state.system_identifier}, not this one: choose another state "
                        "file")
@@ -505,15 +510,6 @@ class InitialLoad:
 
 
 
-def _identify(dsn: str) -> tuple[str, str]:
-    """The system identifier and database name, from IDENTIFY_SYSTEM."""
-    stream = ReplicationConnection(dsn)
-    stream.connect()
-    try:
-        system_id, _timeline, _lsn, database = stream.command("IDENTIFY_SYSTEM")[0]
-    finally:
-        stream.close()
-    return str(system_id), str(database)
 
 
 def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:
