@@ -525,7 +525,11 @@ def watch_first_event(pipeline: Pipeline, began: float) -> dict[str, float]:
 
 
 class Profiling:
-    """cProfile (deterministic, slows every call) or pyinstrument (sampling, if installed)."""
+    """cProfile (deterministic) or pyinstrument (sampling, if installed).
+
+    Both hook every call, so both slow pgcdc's call-heavy loop several times; for an
+    undisturbed view, sample the worker from outside (``py-spy record --nonblocking``).
+    """
 
     def __init__(self, kind: str, path: str) -> None:
         self.kind = kind
@@ -716,7 +720,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="profile (b), save the profile to PATH and print a summary")
     parser.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile",
                         help="for --profile: cProfile (default) or pyinstrument (pip install "
-                             "pyinstrument), a sampling profiler that barely slows the code")
+                             "pyinstrument); both slow this call-heavy code 2.5-4x")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="hang guard per measurement, in seconds (default 3600)")

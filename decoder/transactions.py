@@ -24,6 +24,9 @@ from decoder.errors import DecodeError
 
 _RECORD = struct.Struct("!IQI")  # subxid, lsn, payload length
 _XID = struct.Struct("!I")
+# what one held message costs in memory beyond its payload: the tuple, the bytes object
+# header and two ints (measured with sys.getsizeof)
+_ENTRY_OVERHEAD = 160
 
 
 def streamed_xid(payload: bytes) -> int:
@@ -65,7 +68,7 @@ class Spill:
         self.count += 1
         if self._file is None and self._memory_bytes + len(payload) <= self._memory_limit:
             self._memory.append((subxid, lsn, payload))
-            self._memory_bytes += len(payload) + 64
+            self._memory_bytes += len(payload) + _ENTRY_OVERHEAD
             return
         if self._file is None:
             self._open_file()
@@ -136,7 +139,9 @@ class PendingTransactions:
     def hold_lsn(self) -> int | None:
         """The flush LSN must not pass this while a prepared transaction awaits its outcome:
         PostgreSQL resends a prepared transaction only if its PREPARE is not confirmed."""
-        return min((lsn for _, lsn in self.prepared.values()), default=None)
+        if not self.prepared:
+            return None
+        return min(lsn for _, lsn in self.prepared.values())
 
     @property
     def buffered_bytes(self) -> int:

@@ -171,6 +171,7 @@ class Pipeline:
         self._stored = -1
         self._attach_xmax = 0
         self._catalog_published = -1  # every history entry goes to the sink once per run
+        self._live: ReplicationConnection | None = None  # the session's stream
         self._last_lag_check = 0.0
 
     # --- set-up ---------------------------------------------------------------------------
@@ -288,6 +289,7 @@ class Pipeline:
                  on_progress: Callable[[Progress], None] | None) -> None:
         stream = ReplicationConnection(self.config.dsn, extra_options=self._session_settings())
         stream.connect()
+        self._live = stream
         try:
             stream.start(self.config.slot, self._flushed, self._options(stream.server_version))
             self.progress.streaming = True
@@ -444,8 +446,12 @@ class Pipeline:
         self._txn = _OpenTransaction(xid, commit_lsn, commit_time)
         if spill is not None:
             try:
-                for lsn, payload in spill.replay():
+                for count, (lsn, payload) in enumerate(spill.replay(), 1):
                     self._on_meta(pg.parse(payload, streaming=spill.streaming), lsn)
+                    if count % 100 == 0 and self._live is not None:
+                        # a long replay still answers the server (wal_sender_timeout)
+                        self.sink.poll(0)
+                        self._send_status(self._live)
             finally:
                 spill.discard()
         self._end(end_lsn)
@@ -528,6 +534,9 @@ class Pipeline:
 
     def _send_status(self, stream: ReplicationConnection, *, force: bool = False) -> None:
         """Step 3 of the acknowledgement order: flush only what the sink made durable."""
+        now = time.monotonic()
+        if not force and now - self._last_status < self.config.status_interval:
+            return
         candidate = self._flushed
         durable = self.sink.durable_lsn()
         if durable is not None:
@@ -540,9 +549,6 @@ class Pipeline:
         if hold is not None:
             candidate = min(candidate, hold)
         self._flushed = max(self._flushed, candidate)
-        now = time.monotonic()
-        if not force and now - self._last_status < self.config.status_interval:
-            return
         self._last_status = now
         self.progress.durable_lsn = self._flushed
         self.progress.in_flight = self.sink.in_flight()

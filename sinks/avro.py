@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import numbers
+import operator
 import re
+import struct
 from collections.abc import Callable
 from typing import Any
 
 import fastavro
 
-from decoder.change import ChangeEvent
-from sinks.envelope import envelope, text_of
+from decoder.change import ChangeEvent, unix_millis
+from sinks.envelope import CONNECTOR, text_of
 from snapshot_builder.catalog import Column, TableVersion
 
 _AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -110,37 +114,212 @@ def value_schema(table: TableVersion) -> dict[str, Any]:
     }
 
 
-def _converter(column: Column) -> Callable[[Any], Any]:
-    if column.type_name in ("float4", "float8"):
-        return float
-    if column.type_name in _PRIMITIVE:
-        return lambda v: v
-    return text_of
+# --- the binary encoding ----------------------------------------------------------------------
+#
+# Each event is written straight into a bytearray by writers chosen once per table version:
+# the bytes fastavro.schemaless_writer gives for the schemas above (tests/unit/test_avro.py
+# checks them against it), without its per-call schema walk and union matching.  Avro binary:
+# a long or int is a zigzag varint, a float or double little-endian IEEE, bytes and strings
+# their length (a long) and data; a union is its branch index (a long), then the value;
+# a record is its fields in order; an array its item count, the items, then 0.
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_pack_float = struct.Struct("<f").pack
+_pack_double = struct.Struct("<d").pack
+
+_Writer = Callable[[bytearray, Any], None]
+
+
+def _mismatch(value: Any, avro_type: str) -> ValueError:
+    return ValueError(f"{value!r} (type {type(value)}) is not an Avro {avro_type}")
+
+
+def _integral(value: Any, avro_type: str, low: int, high: int) -> int:
+    """The int of a value fastavro would accept for ``int``/``long`` (the slow path)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+            or not low <= int(value) <= high:
+        raise _mismatch(value, avro_type)
+    return int(value)
+
+
+def _varint(out: bytearray, n: int) -> None:
+    """A non-negative (already zigzagged) number, seven bits a byte, low bits first."""
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _long(out: bytearray, value: int) -> None:
+    """A long outside a union (the envelope's own fields)."""
+    if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
+        value = _integral(operator.index(value), "long", _LONG_MIN, _LONG_MAX)
+    _varint(out, (value << 1) ^ (value >> 63))
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    out = bytearray()
+    _varint(out, len(data) << 1)
+    return bytes(out + data)
+
+
+# Column writers: the union branch of a non-null value (1, zigzag 0x02), then the value.
+
+def _write_boolean(out: bytearray, value: Any) -> None:
+    if value is True:
+        out += b"\x02\x01"
+    elif value is False:
+        out += b"\x02\x00"
+    else:
+        raise _mismatch(value, "boolean")
+
+
+def _write_int(out: bytearray, value: Any) -> None:
+    if type(value) is not int or not _INT_MIN <= value <= _INT_MAX:
+        value = _integral(value, "int", _INT_MIN, _INT_MAX)
+    out.append(2)
+    _varint(out, (value << 1) ^ (value >> 31))
+
+
+def _write_long(out: bytearray, value: Any) -> None:
+    if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
+        value = _integral(value, "long", _LONG_MIN, _LONG_MAX)
+    out.append(2)
+    _varint(out, (value << 1) ^ (value >> 63))
+
+
+def _write_float(out: bytearray, value: Any) -> None:
+    number = float(value)
+    out.append(2)
+    try:
+        out += _pack_float(number)
+    except OverflowError:  # beyond float32: the C cast fastavro does gives an infinity
+        out += _pack_float(math.copysign(math.inf, number))
+
+
+def _write_double(out: bytearray, value: Any) -> None:
+    out.append(2)
+    out += _pack_double(float(value))
+
+
+def _write_bytes(out: bytearray, value: Any) -> None:
+    if not isinstance(value, bytes | bytearray):
+        raise _mismatch(value, "bytes")
+    out.append(2)
+    _varint(out, len(value) << 1)
+    out += value
+
+
+_SHORT_STRING = [bytes((2, size << 1)) for size in range(64)]  # branch and length of one
+
+
+def _write_string(out: bytearray, value: Any) -> None:
+    data = (value if type(value) is str else text_of(value)).encode()
+    size = len(data)
+    if size < 64:
+        out += _SHORT_STRING[size]
+    else:
+        out.append(2)
+        _varint(out, size << 1)
+    out += data
+
+
+_WRITERS: dict[str, _Writer] = {
+    "boolean": _write_boolean, "int": _write_int, "long": _write_long,
+    "float": _write_float, "double": _write_double, "bytes": _write_bytes,
+    "string": _write_string,
+}
+
+_Fields = tuple[tuple[str, _Writer], ...]
+
+
+def _write_row(out: bytearray, row: dict[str, Any], fields: _Fields) -> None:
+    """The fields of a ``Row`` or ``Key`` record: a missing or null column is null (0)."""
+    get = row.get
+    for name, write in fields:
+        value = get(name)
+        if value is None:
+            out.append(0)
+        else:
+            write(out, value)
+
+
+def _fields(columns: tuple[Column, ...]) -> _Fields:
+    return tuple((c.name, _WRITERS[_PRIMITIVE.get(c.type_name, "string")]) for c in columns)
 
 
 class _Version:
-    """The parsed schemas and converters of one table version."""
+    """The writers of one table version, and the constant bytes of its envelope."""
 
-    __slots__ = ("key", "value", "fields", "key_fields")
+    __slots__ = ("fields", "key_fields", "null_key", "names", "_heads", "_snapshot",
+                 "_read_snapshot", "_table")
 
     def __init__(self, table: TableVersion) -> None:
-        self.key = fastavro.parse_schema(key_schema(table))
-        self.value = fastavro.parse_schema(value_schema(table))
-        self.fields = [(c.name, field_name(c, i), _converter(c))
-                       for i, c in enumerate(table.columns)]
-        keys = {c.name for c in table.key_columns}
-        self.key_fields = [f for f in self.fields if f[0] in keys]
+        fastavro.parse_schema(key_schema(table))  # both schemas are valid Avro
+        fastavro.parse_schema(value_schema(table))
+        self.fields = _fields(table.columns)
+        self.key_fields = _fields(table.key_columns)
+        self.null_key = b"\x00" * len(self.key_fields)
+        self.names = {c.name: _string(c.name) for c in table.columns}
+        self._heads: dict[str, bytes] = {}
+        # Source: ..., ts_ms, [snapshot, db, schema, table], txId, lsn, commit_lsn, ordinal,
+        # [table_oid, table_version]
+        middle = _string("") + _string(table.schema) + _string(table.name)
+        self._snapshot = _string("false") + middle
+        self._read_snapshot = _string("true") + middle
+        table_part = bytearray()
+        _long(table_part, table.oid)
+        self._table = bytes(table_part + _string(table.version))
+
+    def head(self, server_name: str) -> bytes:
+        """Source.version, Source.connector and Source.name."""
+        head = self._heads.get(server_name)
+        if head is None:
+            head = self._heads[server_name] = (
+                _string("pgcdc-1") + _string(CONNECTOR) + _string(server_name))
+        return head
+
+    def key(self, event: ChangeEvent) -> bytes:
+        row = event.after if event.after is not None else event.before
+        if row is None:
+            return self.null_key
+        out = bytearray()
+        _write_row(out, row, self.key_fields)
+        return bytes(out)
+
+    def value(self, event: ChangeEvent, server_name: str, now_ms: int) -> bytes:
+        out = bytearray()
+        fields = self.fields
+        for row in (event.before, event.after):
+            if row is None:
+                out.append(0)
+            else:
+                out.append(2)
+                _write_row(out, row, fields)
+        out += self.head(server_name)
+        _long(out, unix_millis(event.commit_time))
+        op = event.op
+        out += self._read_snapshot if op == "r" else self._snapshot
+        _long(out, event.xid)
+        _long(out, event.lsn)
+        _long(out, event.commit_lsn)
+        _long(out, event.ordinal)
+        out += self._table
+        out += _OPS.get(op) or _string(op)
+        _long(out, now_ms)
+        unchanged = event.unchanged
+        if unchanged:
+            _varint(out, len(unchanged) << 1)
+            names = self.names
+            for name in unchanged:
+                out += names.get(name) or _string(name)
+        out.append(0)
+        return bytes(out)
 
 
-def _record(row: dict[str, Any] | None,
-            fields: list[tuple[str, str, Callable[[Any], Any]]]) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    out = {}
-    for name, avro_name, convert in fields:
-        value = row.get(name)
-        out[avro_name] = None if value is None else convert(value)
-    return out
+_OPS = {op: _string(op) for op in ("c", "u", "d", "r", "t")}
 
 
 class AvroEncoder:
@@ -149,12 +328,12 @@ class AvroEncoder:
     format = "avro"
 
     def __init__(self) -> None:
-        self._versions: dict[tuple[int, str], _Version] = {}
+        self._versions: dict[tuple[int, str, str], _Version] = {}
 
     def _version(self, table: TableVersion) -> _Version:
-        cached = self._versions.get((table.oid, table.version))
+        cached = self._versions.get((table.oid, table.layout, table.meta))
         if cached is None:
-            cached = self._versions[(table.oid, table.version)] = _Version(table)
+            cached = self._versions[(table.oid, table.layout, table.meta)] = _Version(table)
         return cached
 
     def schemas(self, table: TableVersion) -> dict[str, str]:
@@ -163,19 +342,10 @@ class AvroEncoder:
                 "value_schema": json.dumps(value_schema(table), separators=(",", ":"))}
 
     def key(self, event: ChangeEvent) -> bytes:
-        version = self._version(event.table)
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, version.key, _record(event.key, version.key_fields))
-        return out.getvalue()
+        return self._version(event.table).key(event)
 
     def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
-        version = self._version(event.table)
-        record = envelope(event, server_name=server_name, now_ms=now_ms)
-        record["before"] = _record(event.before, version.fields)
-        record["after"] = _record(event.after, version.fields)
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, version.value, record)
-        return out.getvalue()
+        return self._version(event.table).value(event, server_name, now_ms)
 
 
 def decode_value(table: TableVersion, raw: bytes) -> dict[str, Any]:

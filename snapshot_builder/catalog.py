@@ -60,6 +60,8 @@ class TableVersion:
     partition_parent: int | None = None
     layout: str = field(init=False)
     meta: str = field(init=False)
+    # derived from ``columns`` once, since every encoded event asks for it
+    key_columns: tuple[Column, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         layout = [(c.name, c.type_oid, c.typmod) for c in self.columns]
@@ -72,6 +74,7 @@ class TableVersion:
             meta += [extras, self.comment, self.partition_parent]
         object.__setattr__(self, "layout", _fingerprint(layout))
         object.__setattr__(self, "meta", _fingerprint(meta))
+        object.__setattr__(self, "key_columns", tuple(c for c in self.columns if c.is_key))
 
     @property
     def version(self) -> str:
@@ -81,10 +84,6 @@ class TableVersion:
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.name}"
-
-    @property
-    def key_columns(self) -> tuple[Column, ...]:
-        return tuple(c for c in self.columns if c.is_key)
 
     def to_dict(self) -> dict[str, Any]:
         return {

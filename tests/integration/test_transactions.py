@@ -142,3 +142,30 @@ def test_reconnects_after_walsender_is_terminated(pg_conn: Conn, pg_dsn: str) ->
         _wait(lambda: pipeline.progress.durable_lsn >= end)
     assert pipeline.progress.reconnects >= 1
     assert sorted({e.key["id"] for e in sink.events}) == list(range(1, 201))
+
+
+class _SlowSink(RecordingSink):
+    """Takes its time over every event, as a busy broker would."""
+
+    def write(self, event: object) -> None:
+        time.sleep(0.0005)
+        super().write(event)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("table")
+def test_long_replay_keeps_answering_the_server(pg_conn: Conn, pg_dsn: str) -> None:
+    """Replaying a large streamed transaction takes longer than wal_sender_timeout; the
+    server must still hear from pgcdc, or it drops the connection and decodes it all again."""
+    pg_conn.execute("ALTER SYSTEM SET wal_sender_timeout = '1s'")
+    pg_conn.execute("SELECT pg_reload_conf()")
+    try:
+        sink = _SlowSink()
+        pipeline = _pipeline(pg_dsn, sink)
+        pg_conn.execute("INSERT INTO t SELECT g, repeat('r', 200) FROM generate_series(1, 6000) g")
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    finally:
+        pg_conn.execute("ALTER SYSTEM RESET wal_sender_timeout")
+        pg_conn.execute("SELECT pg_reload_conf()")
+    assert pipeline.progress.streamed_transactions >= 1
+    assert len(sink.events) == 6000
+    assert pipeline.progress.reconnects == 0

@@ -7,14 +7,17 @@ import json
 import math
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import fastavro
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder.change import ChangeEvent
-from sinks.avro import AvroEncoder, decode_value, key_schema, value_schema
+from sinks.avro import AvroEncoder, decode_value, field_name, key_schema, value_schema
 from snapshot_builder.catalog import Column, TableVersion
+from tests.unit.test_envelope import events, reference_envelope, reference_text_of
 
 TABLE = TableVersion(7, "sales", "order lines", "d", (
     Column("order id", 20, "int8", -1, True),
@@ -96,3 +99,100 @@ def test_avro_keys_are_injective(a1: int, a2: int, b1: int, b2: int) -> None:
     parsed = fastavro.parse_schema(key_schema(TABLE))
     assert fastavro.schemaless_reader(io.BytesIO(ka), parsed, None) == {
         "order_id_0": a1, "line": a2}
+
+
+# --- the specialised writer against fastavro -----------------------------------------------
+#
+# What AvroEncoder gave before it wrote its own bytes: records built per event, written by
+# fastavro.schemaless_writer.  Both keys and values must be byte for byte the same.
+
+_PRIMITIVE = {"bool", "int2", "int4", "int8", "oid", "bytea"}
+
+
+def _oracle_record(row: dict[str, Any] | None,
+                   table: TableVersion, columns: tuple[Column, ...]) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    positions = {c.name: i for i, c in enumerate(table.columns)}
+    out = {}
+    for column in columns:
+        value = row.get(column.name)
+        if value is not None:
+            if column.type_name in ("float4", "float8"):
+                value = float(value)
+            elif column.type_name not in _PRIMITIVE:
+                value = reference_text_of(value)
+        out[field_name(column, positions[column.name])] = value
+    return out
+
+
+def _fastavro(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def _read_all(schema: dict[str, Any], raw: bytes) -> dict[str, Any]:
+    buffer = io.BytesIO(raw)
+    record = fastavro.schemaless_reader(buffer, fastavro.parse_schema(schema), None)
+    assert buffer.tell() == len(raw)  # every byte read, nothing left over
+    assert isinstance(record, dict)
+    return record
+
+
+_ENCODER = AvroEncoder()  # shared, so its per-version cache is exercised across examples
+
+
+@settings(max_examples=300, deadline=None)
+@given(events(), st.text(alphabet=st.characters(codec="utf-8"), max_size=20),
+       st.integers(-2**63, 2**63 - 1))
+def test_bytes_equal_fastavro(event: ChangeEvent, server: str, now_ms: int) -> None:
+    table = event.table
+    row = event.after if event.after is not None else event.before
+    key = _ENCODER.key(event)
+    assert key == _fastavro(key_schema(table),
+                            _oracle_record(row or {}, table, table.key_columns) or {})
+    record = reference_envelope(event, server_name=server, now_ms=now_ms)
+    record["before"] = _oracle_record(event.before, table, table.columns)
+    record["after"] = _oracle_record(event.after, table, table.columns)
+    value = _ENCODER.value(event, server_name=server, now_ms=now_ms)
+    assert value == _fastavro(value_schema(table), record)
+    assert _read_all(key_schema(table), key) == _oracle_record(row or {}, table,
+                                                               table.key_columns)
+    back = _read_all(value_schema(table), value)
+    assert back["source"]["commit_lsn"] == event.commit_lsn
+    assert back["unchanged"] == list(event.unchanged)
+    assert (back["before"] is None) == (event.before is None)
+
+
+@given(st.floats(width=32) | st.floats(), st.floats(allow_nan=True))
+def test_float_extremes_equal_fastavro(f4: float, f8: float) -> None:
+    event = _event(ratio=f8)
+    table = TableVersion(8, "s", "t", "d", (Column("id", 20, "int8", -1, True),
+                                            Column("r", 700, "float4", -1, False)))
+    small = ChangeEvent("c", table, None, {"id": 1, "r": f4}, (), 1, 1, 0, 1, 0)
+    for ev in (event, small):
+        record = reference_envelope(ev, server_name="x", now_ms=0)
+        record["after"] = _oracle_record(ev.after, ev.table, ev.table.columns)
+        assert AvroEncoder().value(ev, server_name="x", now_ms=0) == _fastavro(
+            value_schema(ev.table), record)
+
+
+def test_values_fastavro_rejects_are_rejected() -> None:
+    encoder = AvroEncoder()
+    for bad in ({"order id": 2**63}, {"order id": True}, {"order id": 1, "line": 2**31},
+                {"order id": 1, "ok": 1}, {"order id": 1, "raw": "text"}):
+        with pytest.raises(ValueError, match="is not an Avro"):
+            encoder.value(_event(**bad), server_name="a", now_ms=0)
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 127, 128, 8191, 8192, 2**14, 2**21 + 3])
+def test_length_prefixes_at_varint_boundaries_equal_fastavro(size: int) -> None:
+    event = _event(tags=["x" * size], raw=b"\xff" * size, amount="x" * size)
+    wide = ChangeEvent("c", TABLE, None, {"order id": 2**(size % 63), "tags": "é" * size}, (),
+                       size, -size, 2**63 - 1, 0, -(2**62))
+    for ev in (event, wide):
+        record = reference_envelope(ev, server_name="s" * size, now_ms=-(2**63))
+        record["after"] = _oracle_record(ev.after, TABLE, TABLE.columns)
+        assert AvroEncoder().value(ev, server_name="s" * size, now_ms=-(2**63)) == _fastavro(
+            value_schema(TABLE), record)
