@@ -132,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--available-now", action="store_true",
                        help="process what is in Kafka now, then stop (backfill)")
     spark.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    spark.add_argument("--changelog", action="store_true",
+                       help="also append every event to <table>__changelog (history, audit)")
     spark.add_argument("--master", default=_env("SPARK_MASTER", "local[2]"),
                        help="Spark master; 'none' when launched by spark-submit")
     return parser
@@ -473,7 +475,8 @@ def _spark(args: argparse.Namespace) -> int:
     config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
                            topic_prefix=args.topic_prefix,
                            trigger_seconds=None if args.available_now else args.trigger_seconds,
-                           max_offsets_per_trigger=args.max_offsets_per_trigger)
+                           max_offsets_per_trigger=args.max_offsets_per_trigger,
+                           changelog=args.changelog)
     query = job.start(spark, config)
     query.awaitTermination()
     return 0
