@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from decoder.pgoutput import PG_EPOCH_OFFSET_US, UNCHANGED_TOAST, TupleData
@@ -24,12 +23,6 @@ DELETE: Final = "d"
 TRUNCATE: Final = "t"
 READ: Final = "r"
 
-_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
-
-
-def pg_time(microseconds: int) -> datetime:
-    """A PostgreSQL protocol timestamp as an aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=microseconds)
 
 
 def unix_millis(pg_microseconds: int) -> int:

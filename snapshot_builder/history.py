@@ -52,10 +52,6 @@ class Catalog:
     def table(self, oid: int) -> TableVersion | None:
         return self.tables.get(oid)
 
-    def table_named(self, schema: str, name: str) -> TableVersion | None:
-        return next((t for t in self.tables.values() if (t.schema, t.name) == (schema, name)),
-                    None)
-
 
 EMPTY: Final = Catalog(0, 0, MappingProxyType({}))
 
