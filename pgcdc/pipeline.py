@@ -1,13 +1,13 @@
 """The streaming loop: replication slot -> pgoutput -> typed events -> sink -> flush LSN.
 
 The order of acknowledgement (sinks/sink.py) happens in
-:meth:`Pipeline._send_status`: the flush LSN sent to PostgreSQL is the sink's
-durable LSN and nothing else, capped below any prepared transaction still
-waiting for its COMMIT PREPARED.  A keepalive's ``wal_end`` may move an idle
-slot forward only when no transaction is open, none is pending and nothing is
-in flight; while idle, each status update asks the server for such a keepalive,
-so a slot whose publication sees no changes still advances while other tables
-write WAL.
+:meth:`Pipeline._send_status`, through :class:`pgcdc.acknowledgement.Acknowledger`:
+the flush LSN sent to PostgreSQL is the sink's durable LSN and nothing else,
+capped below any prepared transaction still waiting for its COMMIT PREPARED.  A
+keepalive's ``wal_end`` may move an idle slot forward only when no transaction is
+open, none is pending and nothing is in flight; while idle, each status update
+asks the server for such a keepalive, so a slot whose publication sees no changes
+still advances while other tables write WAL.
 
 Protocol: the highest version the server speaks (1 on PostgreSQL 13, 2 on 14,
 3 on 15, 4 on 16+), with ``streaming`` (``parallel`` on v4) and ``messages``;
@@ -43,8 +43,10 @@ from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
-from pgcdc.errors import PgcdcError, TerminalError
-from pgcdc.progress import ProgressStore, StoredProgress, check_against_slot
+from pgcdc.acknowledgement import Acknowledger
+from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
+from pgcdc.errors import PgcdcError
+from pgcdc.progress import ProgressStore, check_against_slot
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder import ddl
@@ -85,18 +87,6 @@ class PipelineConfig:
     on_lag: str = "warn"  # "warn" (log and count) or "stop" (raise LagLimitError)
     lag_interval: float = 5.0
     sample_lag: bool = False  # sample the lag even without a limit (for metrics)
-
-
-class LagLimitError(TerminalError):
-    """The slot holds more WAL than ``max_lag_bytes`` and ``on_lag`` is ``stop``."""
-
-    def __init__(self, slot: str, lag: int, limit: int) -> None:
-        super().__init__(
-            f'replication slot "{slot}" is {lag} bytes behind the server\'s WAL, more than '
-            f"--max-lag-bytes {limit}: the sink is too slow or stuck and the server keeps "
-            "the WAL for it; fix the sink, raise the limit, or use --on-lag warn")
-        self.lag = lag
-        self.limit = limit
 
 
 @dataclass
@@ -160,42 +150,37 @@ class Pipeline:
         self._txn: _OpenTransaction | None = None
         self._stream: Spill | None = None  # inside a Stream Start .. Stream Stop block
         self._preparing: Spill | None = None  # between Begin Prepare and Prepare
-        self._keepalive_end = 0
-        self._flushed = 0
-        self._last_status = 0.0
         self._two_phase = False
         self._store = ProgressStore(config.progress_file) if config.progress_file else None
-        self._identity: tuple[str, str] = ("", "")
         self._types = TypeRegistry()
         self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
-        self._stored = -1
         self._attach_xmax = 0
         self._catalog_published = -1  # every history entry goes to the sink once per run
         self._live: ReplicationConnection | None = None  # the session's stream
-        self._last_lag_check = 0.0
+        # the flush position and the status updates that carry it
+        self._acks = Acknowledger(config, sink, self.progress, self._store, self._connection)
 
     # --- set-up ---------------------------------------------------------------------------
 
     def prepare(self) -> None:
         """Check the server and create the publication and slot as configured."""
         cfg = self.config
-        self._identity = identify_system(cfg.dsn)
+        identity = self._acks.identity = identify_system(cfg.dsn)
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
             if self._store is not None:
                 stored = self._store.load()
                 check_against_slot(stored, slot_info(conn, cfg.slot), slot_name=cfg.slot,
-                                   system_identifier=self._identity[0],
-                                   database=self._identity[1], path=self._store.path)
-                self._stored = stored.durable_lsn if stored else -1
+                                   system_identifier=identity[0],
+                                   database=identity[1], path=self._store.path)
+                self._acks.stored = stored.durable_lsn if stored else -1
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
             existed = slot_info(conn, cfg.slot) is not None
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
             self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
         self._two_phase = info.two_phase
-        self._flushed = info.confirmed_flush_lsn or 0
-        self.progress.durable_lsn = self._flushed
+        self._acks.start(info.confirmed_flush_lsn or 0)
 
     def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,
                        lsn: int) -> None:
@@ -266,8 +251,8 @@ class Pipeline:
                 if isinstance(exc, DeliveryError):
                     self.sink.reset()
                 # count failures in a row: progress since the last one starts over
-                failures = 1 if self._flushed > durable_at_failure else failures + 1
-                durable_at_failure = self._flushed
+                failures = 1 if self._acks.flushed > durable_at_failure else failures + 1
+                durable_at_failure = self._acks.flushed
                 if failures > self.config.reconnect_attempts:
                     raise
                 delay = min(self.config.reconnect_max_delay, 0.5 * 2 ** (failures - 1))
@@ -291,7 +276,8 @@ class Pipeline:
         stream.connect()
         self._live = stream
         try:
-            stream.start(self.config.slot, self._flushed, self._options(stream.server_version))
+            stream.start(self.config.slot, self._acks.flushed,
+                         self._options(stream.server_version))
             self.progress.streaming = True
             last_report = 0.0
             while not stop.is_set():
@@ -300,7 +286,7 @@ class Pipeline:
                     self._on_data(message)
                     self.progress.received_lsn = max(self.progress.received_lsn, message.wal_end)
                 elif isinstance(message, Keepalive):
-                    self._keepalive_end = max(self._keepalive_end, message.wal_end)
+                    self._acks.keepalive(message.wal_end)
                     self.progress.received_lsn = max(self.progress.received_lsn, message.wal_end)
                     if message.reply_requested:
                         self._send_status(stream, force=True)
@@ -310,7 +296,7 @@ class Pipeline:
                 if on_progress is not None and now - last_report >= 1.0:
                     on_progress(self.progress)
                     last_report = now
-                if until_lsn is not None and self._flushed >= until_lsn:
+                if until_lsn is not None and self._acks.flushed >= until_lsn:
                     break
             self.sink.flush(30)
             self._send_status(stream, force=True)
@@ -328,9 +314,7 @@ class Pipeline:
         return {}
 
     def _reset_in_progress(self) -> None:
-        # A keepalive of the old session may point past transactions that the new
-        # session has yet to resend: trusting it would confirm them unsent.
-        self._keepalive_end = 0
+        self._acks.reset()
         self.builder.rollback()
         self._txn = None
         self._stream = None
@@ -534,63 +518,19 @@ class Pipeline:
 
     def _send_status(self, stream: ReplicationConnection, *, force: bool = False) -> None:
         """Step 3 of the acknowledgement order: flush only what the sink made durable."""
-        now = time.monotonic()
-        if not force and now - self._last_status < self.config.status_interval:
+        acks = self._acks
+        if not force and not acks.due():
             return
-        candidate = self._flushed
-        durable = self.sink.durable_lsn()
-        if durable is not None:
-            candidate = max(candidate, durable)
         idle = (self._txn is None and self._stream is None and self._preparing is None
                 and not self.pending and self.sink.in_flight() == 0)
-        if idle:
-            candidate = max(candidate, self._keepalive_end)
-        hold = self.pending.hold_lsn()
-        if hold is not None:
-            candidate = min(candidate, hold)
-        self._flushed = max(self._flushed, candidate)
-        self._last_status = now
-        self.progress.durable_lsn = self._flushed
-        self.progress.in_flight = self.sink.in_flight()
+        acks.advance(idle=idle, hold=self.pending.hold_lsn())
         self.progress.buffered_bytes = self.pending.buffered_bytes
         if self.builder.state is BuilderState.FULL_SNAPSHOT:
             self._check_running_finished()
-        if ((self.config.max_lag_bytes is not None or self.config.sample_lag)
-                and now - self._last_lag_check >= self.config.lag_interval):
-            self._last_lag_check = now
-            self._check_lag()
-        if self._store is not None and self._flushed > self._stored:
-            failpoints.hit("before_progress_store")
-            system_id, database = self._identity
-            self._store.save(StoredProgress(self.config.slot, system_id, database, self._flushed))
-            self._stored = self._flushed
-            failpoints.hit("after_progress_store")
-        # While idle, ask for a keepalive: its wal_end lets an idle slot advance.
-        stream.send_status(self.progress.received_lsn, self._flushed, self._flushed, reply=idle)
-        self.progress.last_status_at = time.monotonic()
-        failpoints.hit("after_status_update")
+        acks.confirm(stream, idle=idle)
 
-    def _check_lag(self) -> None:
-        """The WAL-retention guard: the slot's lag, from the server over a normal connection."""
-        try:
-            if self._catalog_conn is None or self._catalog_conn.closed:
-                self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
-            row = self._catalog_conn.execute(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-                "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)).fetchone()
-        except psycopg.OperationalError as exc:  # a missed sample must not stop streaming
-            log.warning("cannot sample the lag of slot %s: %s", self.config.slot, exc)
-            return
-        if row is None or row[0] is None:
-            return
-        lag = int(str(row[0]))
-        self.progress.lag_bytes = lag
-        limit = self.config.max_lag_bytes
-        if limit is None or lag <= limit:
-            return
-        self.progress.lag_exceeded += 1
-        if self.config.on_lag == "stop":
-            raise LagLimitError(self.config.slot, lag, limit)
-        log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
-                    "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms it",
-                    self.config.slot, lag, limit)
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        """The normal (not replication) connection of the session, opened on first use."""
+        if self._catalog_conn is None or self._catalog_conn.closed:
+            self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
+        return self._catalog_conn

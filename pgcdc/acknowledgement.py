@@ -1,0 +1,154 @@
+"""What pgcdc tells PostgreSQL: the flush position, its status updates and the lag guard.
+
+Order of acknowledgement (sinks/sink.py), in :meth:`Acknowledger.advance` and
+:meth:`Acknowledger.confirm`:
+
+1. the flush candidate is the sink's durable LSN and nothing else, except that a
+   keepalive's ``wal_end`` may move an idle slot forward (no transaction open, none
+   pending, nothing in flight: the walsender only reports a position after it sent
+   everything before it), and it is capped below any prepared transaction still
+   waiting for its COMMIT PREPARED;
+2. the progress file stores the new position (fsynced);
+3. the status update sends it to PostgreSQL as the flush position.
+
+The lag guard samples the slot's lag (server WAL end minus ``confirmed_flush_lsn``)
+over a normal connection, at most every ``lag_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgcdc import failpoints
+from pgcdc.errors import TerminalError
+from pgcdc.progress import ProgressStore, StoredProgress
+from sinks.sink import Sink
+
+if TYPE_CHECKING:
+    from decoder.replication import ReplicationConnection
+    from pgcdc.pipeline import PipelineConfig, Progress
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+class LagLimitError(TerminalError):
+    """The slot holds more WAL than ``max_lag_bytes`` and ``on_lag`` is ``stop``."""
+
+    def __init__(self, slot: str, lag: int, limit: int) -> None:
+        super().__init__(
+            f'replication slot "{slot}" is {lag} bytes behind the server\'s WAL, more than '
+            f"--max-lag-bytes {limit}: the sink is too slow or stuck and the server keeps "
+            "the WAL for it; fix the sink, raise the limit, or use --on-lag warn")
+        self.lag = lag
+        self.limit = limit
+
+
+class Acknowledger:
+    """The flush position of one pipeline and the status updates that carry it.
+
+    ``connection`` returns the pipeline's normal (not replication) connection, opened on
+    first use; the lag guard samples over it.
+    """
+
+    def __init__(self, config: PipelineConfig, sink: Sink, progress: Progress,
+                 store: ProgressStore | None, connection: Callable[[], Connection]) -> None:
+        self.config = config
+        self.sink = sink
+        self.progress = progress
+        self.store = store
+        self.connection = connection
+        self.flushed = 0  # the flush position sent (or about to be sent) to PostgreSQL
+        self.stored = -1  # the position in the progress file; -1: none
+        self.identity: tuple[str, str] = ("", "")  # system identifier, database
+        self._keepalive_end = 0
+        self._last_status = 0.0
+        self._last_lag_check = 0.0
+
+    def start(self, flushed: int) -> None:
+        """Begin at the slot's confirmed flush position."""
+        self.flushed = flushed
+        self.progress.durable_lsn = flushed
+
+    def keepalive(self, wal_end: int) -> None:
+        """The walsender has sent everything before ``wal_end``."""
+        self._keepalive_end = max(self._keepalive_end, wal_end)
+
+    def reset(self) -> None:
+        """Forget the old session's positions before a new session starts.
+
+        A keepalive of the old session may point past transactions that the new session
+        has yet to resend: trusting it would confirm them unsent.
+        """
+        self._keepalive_end = 0
+
+    def due(self) -> bool:
+        """Whether ``status_interval`` has passed since the last status update."""
+        return time.monotonic() - self._last_status >= self.config.status_interval
+
+    def advance(self, *, idle: bool, hold: int | None) -> None:
+        """Step 1: the flush position is what the sink made durable (raises its delivery
+        error), or a keepalive's position while ``idle``, never past ``hold``."""
+        now = time.monotonic()
+        candidate = self.flushed
+        durable = self.sink.durable_lsn()
+        if durable is not None:
+            candidate = max(candidate, durable)
+        if idle:
+            candidate = max(candidate, self._keepalive_end)
+        if hold is not None:
+            candidate = min(candidate, hold)
+        self.flushed = max(self.flushed, candidate)
+        self._last_status = now
+        self.progress.durable_lsn = self.flushed
+        self.progress.in_flight = self.sink.in_flight()
+
+    def confirm(self, stream: ReplicationConnection, *, idle: bool) -> None:
+        """Steps 2 and 3: store the flush position, then send it to PostgreSQL.
+
+        While ``idle``, the update asks for a keepalive: its ``wal_end`` lets an idle slot
+        advance at the next update.
+        """
+        now = self._last_status
+        if ((self.config.max_lag_bytes is not None or self.config.sample_lag)
+                and now - self._last_lag_check >= self.config.lag_interval):
+            self._last_lag_check = now
+            self._check_lag()
+        if self.store is not None and self.flushed > self.stored:
+            failpoints.hit("before_progress_store")
+            system_id, database = self.identity
+            self.store.save(StoredProgress(self.config.slot, system_id, database, self.flushed))
+            self.stored = self.flushed
+            failpoints.hit("after_progress_store")
+        stream.send_status(self.progress.received_lsn, self.flushed, self.flushed, reply=idle)
+        self.progress.last_status_at = time.monotonic()
+        failpoints.hit("after_status_update")
+
+    def _check_lag(self) -> None:
+        """The WAL-retention guard: the slot's lag, from the server over a normal connection."""
+        try:
+            row = self.connection().execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)).fetchone()
+        except psycopg.OperationalError as exc:  # a missed sample must not stop streaming
+            log.warning("cannot sample the lag of slot %s: %s", self.config.slot, exc)
+            return
+        if row is None or row[0] is None:
+            return
+        lag = int(str(row[0]))
+        self.progress.lag_bytes = lag
+        limit = self.config.max_lag_bytes
+        if limit is None or lag <= limit:
+            return
+        self.progress.lag_exceeded += 1
+        if self.config.on_lag == "stop":
+            raise LagLimitError(self.config.slot, lag, limit)
+        log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
+                    "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms it",
+                    self.config.slot, lag, limit)
