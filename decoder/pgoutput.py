@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from decoder import tuples
 from decoder.errors import DecodeError
 
 # PostgreSQL timestamps count microseconds from 2000-01-01 00:00 UTC.
@@ -255,7 +256,6 @@ _u8 = struct.Struct("!B").unpack_from
 _i16 = struct.Struct("!h").unpack_from
 _u32 = struct.Struct("!I").unpack_from
 _u64 = struct.Struct("!Q").unpack_from
-_len_prefix = struct.Struct("!i").unpack_from
 
 
 class _Reader:
@@ -333,48 +333,12 @@ class _Reader:
             raise self.fail(f"{self.end - self.pos} trailing bytes")
 
     def tuple_data(self) -> TupleData:
-        ncols = self.i16()
-        if ncols < 0:
-            raise self.fail(f"negative column count {ncols}")
-        buf = self.buf
-        pos = self.pos
-        end = self.end
-        values: list[TupleValue] = []
-        append = values.append
-        for _ in range(ncols):
-            if pos >= end:
-                self.pos = pos
-                raise self.fail("tuple data ends before its last column")
-            kind = buf[pos]
-            pos += 1
-            if kind == 0x74 or kind == 0x62:  # 't' text, 'b' binary
-                if pos + 4 > end:
-                    self.pos = pos
-                    raise self.fail("column length cut short")
-                (length,) = _len_prefix(buf, pos)
-                pos += 4
-                if length < 0 or pos + length > end:
-                    self.pos = pos
-                    raise self.fail(f"column length {length} exceeds the message")
-                raw = buf[pos : pos + length]
-                pos += length
-                if kind == 0x74:
-                    try:
-                        append(raw.decode("utf-8"))
-                    except UnicodeDecodeError as exc:
-                        self.pos = pos
-                        raise self.fail(f"text column is not valid UTF-8: {exc}") from None
-                else:
-                    append(bytes(raw))
-            elif kind == 0x6E:  # 'n'
-                append(None)
-            elif kind == 0x75:  # 'u'
-                append(UNCHANGED_TOAST)
-            else:
-                self.pos = pos - 1
-                raise self.fail(f"unknown tuple column kind {kind:#x}")
-        self.pos = pos
-        return tuple(values)
+        try:
+            values, self.pos = tuples.tuple_data(self.buf, self.pos, UNCHANGED_TOAST)
+        except tuples.TupleError as exc:
+            reason, self.pos = exc.args
+            raise self.fail(reason) from None
+        return values
 
 
 _S_BEGIN = struct.Struct("!QqI")

@@ -373,6 +373,7 @@ def _circle(text: str) -> Circle:
 
 _BACKSLASHED: Final = re.compile(r"\\(.)", re.DOTALL)
 _QUOTE_ESCAPES: Final = re.compile(r'\\(.)|""', re.DOTALL)
+_NESTED_OR_QUOTED: Final = re.compile(r'["{}\\]')
 
 
 @cache
@@ -398,8 +399,11 @@ def parse_array(text: str, element: TextDecoder = str, delimiter: str = ",") -> 
     body = text[1:-1]
     if not body:
         return []
-    if not any(c in body for c in '"{}\\'):
-        return [None if item == "NULL" else element(item) for item in body.split(delimiter)]
+    if _NESTED_OR_QUOTED.search(body) is None:  # one dimension, no quoting: split
+        items = body.split(delimiter)
+        if "NULL" not in body:
+            return list(map(element, items))
+        return [None if item == "NULL" else element(item) for item in items]
     root: list[Any] = []
     stack = [root]
     pos = 1

@@ -1,0 +1,9 @@
+from collections.abc import Callable
+from typing import Any
+
+class TupleError(ValueError): ...
+
+def tuple_data(buf: bytes, pos: int, unchanged: object, /) -> tuple[tuple[Any, ...], int]: ...
+def decode_row(buf: bytes, pos: int,
+               columns: tuple[tuple[str, Callable[[str], Any] | None], ...], /
+               ) -> tuple[dict[str, Any], tuple[str, ...], int]: ...
