@@ -8,7 +8,14 @@ stops with an error that names the key and where it came from::
     config key 'load.readers' must be >= 1 (got 0) in pgcdc.toml
 
 Secrets are :class:`pydantic.SecretStr`; :func:`redact_dsn` removes a password from any
-connection string before it is logged or printed.
+connection string before it is logged or printed.  A secret may also come from a file
+(``source.password_file``, ``sink.kafka."sasl.password_file"``, ...): the file holds the
+value alone, a trailing newline is dropped, and it is read once, at start.
+
+``[sink.kafka]`` passes librdkafka properties (``security.protocol``, ``ssl.ca.location``,
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ...) to the producer and the admin
+client; ``PGCDC_KAFKA_<PROPERTY>`` sets one from the environment, dots written as
+underscores (``PGCDC_KAFKA_SASL_PASSWORD``, ``PGCDC_KAFKA_SASL_PASSWORD_FILE``).
 """
 
 from __future__ import annotations
@@ -19,14 +26,38 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from psycopg import conninfo
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from pgcdc.errors import ConfigError
 
 ENV_PREFIX = "PGCDC_"
+KAFKA_ENV_PREFIX = ENV_PREFIX + "KAFKA_"
+
+# librdkafka properties whose values are secrets: SecretStr, never printed, may come from a
+# file named by '<property>_file'
+KAFKA_SECRETS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password",
+                           "ssl.key.pem", "sasl.oauthbearer.client.secret"})
+# properties pgcdc sets itself: its delivery guarantee rests on them
+_KAFKA_RESERVED = {
+    "bootstrap.servers": "is set by sink.bootstrap_servers (--bootstrap-servers): move it there",
+    "enable.idempotence": "is always true in pgcdc (its producer is idempotent): remove it",
+    "acks": "is always 'all' in pgcdc (durable means every in-sync replica): remove it",
+}
+_KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_KAFKA_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+_KAFKA_PROPERTY = re.compile(r"[a-z][a-z0-9]*(?:\.[a-z0-9]+)*")
 
 
 class _Section(BaseModel):
@@ -39,14 +70,46 @@ def _split_tables(value: object) -> object:
     return value
 
 
+def _fail(key: str, reason: str) -> NoReturn:
+    """Raise a validation error about one key; :func:`_describe` prints it as it is."""
+    error = PydanticCustomError("pgcdc_key", "{key} {reason}", {"key": key, "reason": reason})
+    raise error
+
+
+def _read_secret(key: str, value: object) -> SecretStr:
+    """The secret held by the file ``value`` names (a trailing newline dropped)."""
+    if not isinstance(value, str | Path):
+        _fail(key, "must be the path of a file holding the secret")
+    try:
+        text = Path(value).read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        _fail(key, f"names {value}, which pgcdc cannot read ({reason}): "
+                   "fix the path or the file's permissions")
+    if not text:
+        _fail(key, f"names {value}, which is empty: write the secret into it")
+    return SecretStr(text)
+
+
 class SourceSettings(_Section):
     dsn: SecretStr
     password: SecretStr | None = None  # added to the DSN; keeps it out of the DSN itself
+    password_file: Path | None = None  # read at start into ``password``
     slot: str = Field(default="pgcdc", min_length=1)
     publication: str = Field(default="pgcdc", min_length=1)
     tables: list[str] | None = None
 
     _tables = field_validator("tables", mode="before")(_split_tables)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_from_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("password_file") is not None:
+            if data.get("password") is not None:
+                _fail("source.password_file", "and source.password are both set: keep one")
+            data = dict(data, password=_read_secret("source.password_file",
+                                                    data["password_file"]))
+        return data
 
     def conninfo(self) -> str:
         """The connection string to connect with (the password included)."""
@@ -64,6 +127,96 @@ class SinkSettings(_Section):
     tombstones: bool = True
     transaction_topic: bool = False
     output: str = "-"
+    kafka: dict[str, str | SecretStr] = Field(default_factory=dict)  # librdkafka properties
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _kafka_properties(cls, value: object) -> dict[str, str | SecretStr]:
+        return kafka_properties(value)
+
+    def kafka_config(self) -> dict[str, str]:
+        """The librdkafka properties to give the Kafka clients (secrets revealed)."""
+        return {k: v.get_secret_value() if isinstance(v, SecretStr) else v
+                for k, v in self.kafka.items()}
+
+
+def flatten_properties(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"sasl": {"mechanism": "PLAIN"}}`` (TOML's dotted keys) -> ``{"sasl.mechanism": ...}``."""
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, Mapping):
+            out.update(flatten_properties(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
+
+
+def kafka_properties(value: object) -> dict[str, str | SecretStr]:
+    """Validate librdkafka properties: names, values, the reserved ones, secrets (from their
+    ``_file`` when given) as SecretStr, and the security settings that must go together."""
+    if not isinstance(value, Mapping):
+        _fail("sink.kafka", "must be a table of librdkafka properties ([sink.kafka])")
+    flat = flatten_properties(value)
+    props: dict[str, str | SecretStr] = {}
+    for key, item in flat.items():
+        name = f"sink.kafka.{key}"
+        base = key.removesuffix("_file")
+        if not _KAFKA_PROPERTY.fullmatch(base):
+            _fail(name, "is not a librdkafka property name (lowercase words joined by "
+                        "dots, e.g. security.protocol)")
+        if base != key:
+            if base not in KAFKA_SECRETS:
+                _fail(name, "is not a setting: only secrets are read from files ("
+                      + ", ".join(sorted(f"{s}_file" for s in KAFKA_SECRETS)) + ")")
+            if base in flat:
+                _fail(name, f"and sink.kafka.{base} are both set: keep one")
+            props[base] = _read_secret(name, item)
+            continue
+        if key in _KAFKA_RESERVED:
+            _fail(name, _KAFKA_RESERVED[key])
+        if isinstance(item, SecretStr):
+            text = item.get_secret_value()
+        elif isinstance(item, bool):
+            text = "true" if item else "false"
+        elif isinstance(item, str | int | float):
+            text = str(item)
+        else:
+            _fail(name, "must be a string, a number or true/false")
+        props[key] = SecretStr(text) if key in KAFKA_SECRETS else text
+    _check_kafka_security(props)
+    return props
+
+
+def _check_kafka_security(props: Mapping[str, str | SecretStr]) -> None:
+    def plain(key: str) -> str | None:
+        item = props.get(key)
+        return item if isinstance(item, str) else None
+
+    protocol = (plain("security.protocol") or "PLAINTEXT").upper()
+    if protocol not in _KAFKA_PROTOCOLS:
+        _fail("sink.kafka.security.protocol",
+              f"must be one of {', '.join(_KAFKA_PROTOCOLS)} (got {protocol!r})")
+    mechanism = plain("sasl.mechanism") or plain("sasl.mechanisms")
+    if protocol.startswith("SASL_"):
+        if mechanism is None:
+            _fail("sink.kafka.sasl.mechanism",
+                  f"is required with security.protocol={protocol}: one of "
+                  + ", ".join(_KAFKA_MECHANISMS))
+        if mechanism not in _KAFKA_MECHANISMS:  # librdkafka: case matters
+            _fail("sink.kafka.sasl.mechanism",
+                  f"must be one of {', '.join(_KAFKA_MECHANISMS)} (got {mechanism!r})")
+        if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            for key in ("sasl.username", "sasl.password"):
+                if key not in props:
+                    env = KAFKA_ENV_PREFIX + key.upper().replace(".", "_")
+                    also = f", sink.kafka.{key}_file or {env}_FILE" \
+                        if key in KAFKA_SECRETS else ""
+                    _fail(f"sink.kafka.{key}", f"is required with sasl.mechanism={mechanism}: "
+                                               f"set it (or {env}{also})")
+    for key, item in props.items():
+        if key.endswith(".location") and isinstance(item, str) and item != "probe" \
+                and not Path(item).exists():
+            _fail(f"sink.kafka.{key}", f"names {item}, which does not exist: fix the path")
 
 
 class StateSettings(_Section):
@@ -123,6 +276,7 @@ class _Key:
 KEYS: tuple[_Key, ...] = (
     _Key(("source", "dsn"), "dsn", "DSN"),
     _Key(("source", "password"), None, "PASSWORD"),
+    _Key(("source", "password_file"), None, "PASSWORD_FILE"),
     _Key(("source", "slot"), "slot", "SLOT"),
     _Key(("source", "publication"), "publication", "PUBLICATION"),
     _Key(("source", "tables"), "tables", "TABLES"),
@@ -148,7 +302,23 @@ KEYS: tuple[_Key, ...] = (
     _Key(("log", "level"), "log_level", "LOG_LEVEL"),
     _Key(("log", "format"), "log_format", "LOG_FORMAT"),
 )
-_SECRET_KEYS = frozenset({"source.dsn", "source.password"})
+_SECRET_KEYS = frozenset({"source.dsn", "source.password", "sink.kafka"})
+_TABLES = ("sink.kafka",)  # keys whose value is a table of their own
+
+
+def _put(merged: dict[str, dict[str, Any]], section: str, name: str, value: Any) -> None:
+    """Set one key; a secret and its ``_file`` replace each other (a later layer wins)."""
+    values = merged.setdefault(section, {})
+    values.pop(name.removesuffix("_file") if name.endswith("_file") else f"{name}_file", None)
+    values[name] = value
+
+
+def _kafka_env_property(variable: str) -> str:
+    """``PGCDC_KAFKA_SASL_PASSWORD_FILE`` -> ``sasl.password_file``."""
+    name = variable.removeprefix(KAFKA_ENV_PREFIX).lower()
+    if name.endswith("_file"):
+        return name.removesuffix("_file").replace("_", ".") + "_file"
+    return name.replace("_", ".")
 
 
 def load_settings(flags: Mapping[str, Any], *, config_file: Path | None = None,
@@ -168,15 +338,25 @@ def load_settings(flags: Mapping[str, Any], *, config_file: Path | None = None,
                 origin[section] = f"in {config_file}"
                 continue
             for name, value in values.items():
-                merged.setdefault(section, {})[name] = value
+                if f"{section}.{name}" in _TABLES and isinstance(value, dict):
+                    value = flatten_properties(value)
+                    for prop in value:
+                        origin[f"{section}.{name}.{prop}"] = f"in {config_file}"
+                _put(merged, section, name, value)
                 origin[f"{section}.{name}"] = f"in {config_file}"
     for key in KEYS:
         if key.env is not None and (value := environ.get(ENV_PREFIX + key.env)) is not None:
-            merged.setdefault(key.path[0], {})[key.path[1]] = value
+            _put(merged, *key.path, value)
             origin[key.name] = f"from {ENV_PREFIX}{key.env}"
+    for variable in sorted(v for v in environ if v.startswith(KAFKA_ENV_PREFIX)):
+        kafka = merged.setdefault("sink", {}).setdefault("kafka", {})
+        if isinstance(kafka, dict):  # else validation names the file's sink.kafka
+            prop = _kafka_env_property(variable)
+            _put({"kafka": kafka}, "kafka", prop, environ[variable])
+            origin[f"sink.kafka.{prop}"] = f"from {variable}"
     for key in KEYS:
         if key.dest is not None and (value := flags.get(key.dest)) is not None:
-            merged.setdefault(key.path[0], {})[key.path[1]] = key.from_flag(value)
+            _put(merged, *key.path, key.from_flag(value))
             origin[key.name] = f"from --{key.dest.replace('_', '-')}"
     merged.setdefault("source", {})  # a missing DSN is reported as 'source.dsn'
     try:
@@ -203,6 +383,10 @@ def _describe(exc: ValidationError, origin: Mapping[str, str], config_file: Path
     name = ".".join(loc[:2])
     where = origin.get(name) or origin.get(loc[0]) or ""
     kind, ctx = error["type"], error.get("ctx", {})
+    if kind == "pgcdc_key":
+        name = str(ctx["key"])
+        where = origin.get(name) or origin.get(name.rsplit(".", 1)[0]) or where
+        return f"config key '{name}' {ctx['reason']} {where}".rstrip()
     if kind == "missing":
         flag = next((k for k in KEYS if k.name == name), None)
         hint = ""
@@ -211,7 +395,8 @@ def _describe(exc: ValidationError, origin: Mapping[str, str], config_file: Path
                     "or put it in the config file")
         return f"config key '{name}' is required{hint}"
     if kind == "extra_forbidden":
-        known = sorted(k.name for k in KEYS if k.path[0] == loc[0])
+        known = sorted([k.name for k in KEYS if k.path[0] == loc[0]]
+                       + [f"{t}.*" for t in _TABLES if t.startswith(f"{loc[0]}.")])
         also = f" (known: {', '.join(known)})" if known else ""
         return f"config key '{name}' is not a pgcdc setting{also} {where}".rstrip()
     reasons = {

@@ -100,7 +100,8 @@ class KafkaSink:
                  partitions: int = 1, replication_factor: int = 1,
                  value_format: str = "avro", tombstones: bool = True,
                  transaction_topic: bool = False,
-                 producer_config: dict[str, Any] | None = None) -> None:
+                 producer_config: dict[str, Any] | None = None,
+                 client_config: dict[str, str] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.prefix = topic_prefix
         self.partitions = partitions
@@ -108,9 +109,30 @@ class KafkaSink:
         self.tombstones = tombstones
         self.encoder: Encoder = _encoder(value_format)
         self._format_header = ("pgcdc.format", self.encoder.format.encode())
-        base: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
-        self._admin = AdminClient(base)
-        self._check_reachable()
+        # client_config: security and connection properties (sink.kafka) for every client
+        base: dict[str, str | int | float | bool] = {**(client_config or {}),
+                                                     "bootstrap.servers": bootstrap_servers}
+        refused: list[KafkaError] = []  # a failed login or TLS handshake, seen by error_cb
+
+        def client_error(err: KafkaError) -> None:
+            if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+                refused.append(err)
+
+        admin_config: dict[str, Any] = {**base, "error_cb": client_error}
+        self._admin = AdminClient(admin_config)
+        try:
+            self._check_reachable()
+        except KafkaUnreachableError:
+            self._admin.poll(0)  # serves error_cb
+            if not refused:
+                raise
+            what = ("refused the login (check sink.kafka's sasl.mechanism, sasl.username and "
+                    "sasl.password / PGCDC_KAFKA_SASL_PASSWORD)"
+                    if refused[0].code() == KafkaError._AUTHENTICATION else
+                    "failed the TLS handshake (check sink.kafka's ssl.ca.location: the CA "
+                    "that signed the broker's certificate, and the broker's address)")
+            msg = f"Kafka at {bootstrap_servers} {what}: {refused[0].str()}"
+            raise KafkaSinkError(msg) from None
         config: dict[str, Any] = {
             **base,
             "enable.idempotence": True,

@@ -2,6 +2,12 @@
 
 The broker jars come from Maven Central (``org.apache.kafka:kafka_2.13``) and are
 cached outside the work tree; storage is formatted in a temporary folder.
+
+With ``sasl_users`` the broker also listens on a ``SASL_PLAINTEXT`` port
+(:attr:`KafkaBroker.sasl_bootstrap_servers`) that accepts those users and passwords with the
+``PLAIN``, ``SCRAM-SHA-256`` and ``SCRAM-SHA-512`` mechanisms (SCRAM credentials are
+written when the storage is formatted); the plaintext port stays open for the tests' own
+clients.
 """
 
 from __future__ import annotations
@@ -44,8 +50,11 @@ def java_binary() -> str:
 class KafkaBroker:
     """One KRaft node acting as broker and controller on 127.0.0.1."""
 
-    def __init__(self, *, port: int | None = None, heap: str = "768m") -> None:
+    def __init__(self, *, port: int | None = None, heap: str = "768m",
+                 sasl_users: dict[str, str] | None = None) -> None:
         self.java = java_binary()
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_port = free_port() if self.sasl_users else None
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -57,6 +66,14 @@ class KafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (``sasl_users`` given)."""
+        if self.sasl_port is None:
+            msg = "this broker has no SASL listener: start it with sasl_users={...}"
+            raise TerminalError(msg)
+        return f"127.0.0.1:{self.sasl_port}"
 
     def start(self, timeout: float = 90.0) -> KafkaBroker:
         config = self.base / "server.properties"
@@ -135,11 +152,13 @@ class KafkaBroker:
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},{self._sasl_listener()}"
             f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"advertised.listeners={self._sasl_listener()}PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            *self._sasl_config(),
             f"log.dirs={data}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -153,12 +172,36 @@ class KafkaBroker:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
             [self.java, "-cp", self._jars(), "kafka.tools.StorageTool", "format",
-             "-t", cluster_id, "-c", str(config)],
+             "-t", cluster_id, "-c", str(config), *self._scram_credentials()],
             capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
             msg = f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}"
             raise TerminalError(msg)
+
+    def _sasl_listener(self) -> str:
+        return f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}," if self.sasl_port else ""
+
+    def _sasl_config(self) -> list[str]:
+        """The SASL listener's mechanisms and their JAAS configuration (PLAIN: the users and
+        passwords inline; SCRAM: the credentials stored by the format)."""
+        if not self.sasl_users:
+            return []
+        plain = " ".join(f'user_{user}="{password}"'
+                         for user, password in self.sasl_users.items())
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return [
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};",
+            f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={scram}",
+            f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram}",
+        ]
+
+    def _scram_credentials(self) -> list[str]:
+        return [arg for user, password in self.sasl_users.items()
+                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
 
     def _ready(self, timeout: float) -> bool:
         from confluent_kafka.admin import AdminClient

@@ -4,6 +4,11 @@
 127.0.0.1, trust authentication, and everything removed on :meth:`stop`.
 PostgreSQL refuses to run as root; when we are root the server runs as the
 ``postgres`` user (from Debian's package) or ``nobody``.
+
+With ``ssl=True`` the server has a certificate for ``localhost`` and ``127.0.0.1``
+signed by a throwaway CA (made with ``openssl``, see :func:`make_certificates`),
+refuses TCP connections without TLS, and :meth:`PostgresServer.dsn` asks for
+``sslmode=verify-full`` against that CA (:attr:`PostgresServer.ssl_root_cert`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -32,6 +38,48 @@ class PostgresNotFoundError(TerminalError):
             f"no PostgreSQL {MIN_VERSION}+ server binaries (initdb, pg_ctl, postgres) found; "
             "install them (apt-get install postgresql) or set PGCDC_PG_BINDIR to their folder"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Certificates:
+    """A throwaway certificate authority and one server certificate it signed."""
+
+    ca: Path  # the root certificate clients trust (sslrootcert, ssl.ca.location)
+    cert: Path  # the server's certificate
+    key: Path  # its private key (PKCS#8 PEM, unencrypted)
+
+
+def make_certificates(folder: Path, *, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
+                      days: int = 30) -> Certificates:
+    """A new CA and a server certificate for ``hosts`` (names and IP addresses, all in the
+    subjectAltName), made with the ``openssl`` command in ``folder``."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        msg = "no openssl command found; install it (apt-get install openssl) to make certificates"
+        raise TerminalError(msg)
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = folder / "ca.crt", folder / "ca.key"
+    cert, key, csr = folder / "server.crt", folder / "server.key", folder / "server.csr"
+    ext = folder / "server.ext"
+    alt = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}"
+                   for h in hosts)
+    ext.write_text(f"subjectAltName={alt}\nbasicConstraints=CA:FALSE\n"
+                   "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for argv in (
+        [openssl, "req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca),
+         "-days", str(days), "-subj", "/CN=pgcdc throwaway CA"],
+        [openssl, "req", "-new", *ec, "-keyout", str(key), "-out", str(csr),
+         "-subj", f"/CN={hosts[0]}"],
+        [openssl, "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-out", str(cert), "-days", str(days), "-extfile", str(ext)],
+    ):
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            msg = f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}"
+            raise TerminalError(msg)
+    key.chmod(0o600)
+    return Certificates(ca, cert, key)
 
 
 def find_bindir() -> Path:
@@ -57,14 +105,17 @@ def find_bindir() -> Path:
 class PostgresServer:
     """One local cluster; use as a context manager or call start() / stop()."""
 
-    def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None,
+                 ssl: bool = False) -> None:
         self.bindir = find_bindir()
+        self.ssl = ssl
         self.port = port or free_port()
         self.settings = settings or {}
         self.base = Path(tempfile.mkdtemp(prefix="pgcdc-pg-"))
         self.datadir = self.base / "data"
         self.logfile = self.base / "server.log"
         self._user = _server_user()
+        self.ssl_root_cert: Path | None = None  # with ssl=True: the CA that signed the server
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -98,7 +149,11 @@ class PostgresServer:
     # --- connection strings ---------------------------------------------------------------
 
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
+        """A connection string; with ``ssl=True`` it verifies the server's certificate."""
+        dsn = f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
+        if self.ssl_root_cert is not None:
+            dsn += f" sslmode=verify-full sslrootcert={self.ssl_root_cert}"
+        return dsn
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -130,6 +185,27 @@ class PostgresServer:
                 fh.write(f"{key} = {value}\n")
         with (self.datadir / "pg_hba.conf").open("a") as fh:
             fh.write("host replication all 127.0.0.1/32 trust\n")
+        if self.ssl:
+            self._enable_ssl()
+
+    def _enable_ssl(self) -> None:
+        """A server certificate in the data folder, ``ssl = on``, and TCP without TLS
+        refused (the first pg_hba.conf lines win)."""
+        certs = make_certificates(self.base / "tls")
+        for source, name in ((certs.cert, "server.crt"), (certs.key, "server.key")):
+            target = self.datadir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            if self._user is not None:
+                entry = pwd.getpwnam(self._user)
+                os.chown(target, entry.pw_uid, entry.pw_gid)
+        with (self.datadir / "postgresql.conf").open("a") as fh:
+            fh.write("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n")
+        hba = self.datadir / "pg_hba.conf"
+        reject = "".join(f"hostnossl {db} all {net} reject\n" for db in ("all", "replication")
+                         for net in ("0.0.0.0/0", "::/0"))
+        hba.write_text(reject + hba.read_text())
+        self.ssl_root_cert = certs.ca
 
     def _pg_ctl(self, *args: str, check: bool = True) -> None:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *args], check=check)
