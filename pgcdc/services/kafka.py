@@ -48,14 +48,20 @@ def java_binary() -> str:
 
 
 class KafkaBroker:
-    """One KRaft node acting as broker and controller on 127.0.0.1."""
+    """One KRaft node acting as broker and controller on 127.0.0.1.
+
+    ``advertised_port``: the port the PLAINTEXT listener tells clients to connect to
+    (default: the one it listens on), e.g. a TCP proxy's in front of it for fault tests.
+    """
 
     def __init__(self, *, port: int | None = None, heap: str = "768m",
-                 sasl_users: dict[str, str] | None = None) -> None:
+                 sasl_users: dict[str, str] | None = None,
+                 advertised_port: int | None = None) -> None:
         self.java = java_binary()
         self.sasl_users = dict(sasl_users or {})
         self.sasl_port = free_port() if self.sasl_users else None
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
         self.controller_port = free_port()
         self.heap = heap
         self.base = Path(tempfile.mkdtemp(prefix="pgcdc-kafka-"))
@@ -154,7 +160,8 @@ class KafkaBroker:
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},{self._sasl_listener()}"
             f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners={self._sasl_listener()}PLAINTEXT://127.0.0.1:{self.port}",
+            f"advertised.listeners={self._sasl_listener()}"
+            f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
             "SASL_PLAINTEXT:SASL_PLAINTEXT",
