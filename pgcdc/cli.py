@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import psycopg
+
 from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
 
@@ -134,6 +136,12 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--max-offsets-per-trigger", type=int, default=None)
     spark.add_argument("--changelog", action="store_true",
                        help="also append every event to <table>__changelog (history, audit)")
+    spark.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Kafka consumer property for Spark's Kafka source, e.g. "
+                            "security.protocol=SASL_SSL (repeatable; docs/security.md)")
+    spark.add_argument("--kafka-properties", type=Path, default=_env("SPARK_KAFKA_PROPERTIES"),
+                       help="a file of KEY=VALUE Kafka consumer properties (for secrets such "
+                            "as sasl.jaas.config, which --kafka-option would show in ps)")
     spark.add_argument("--master", default=_env("SPARK_MASTER", "local[2]"),
                        help="Spark master; 'none' when launched by spark-submit")
     return parser
@@ -230,12 +238,47 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except TransientError as exc:
-        print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
-        return EXIT_TRANSIENT
-    except PgcdcError as exc:
-        print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
+    except (PgcdcError, psycopg.OperationalError) as exc:
+        text = redact_dsn(str(exc).strip())
+        hint = _connection_hint(text)
+        if hint is not None:  # not worth a retry: a person has to fix the configuration
+            print(f"pgcdc: {text}; {hint}", file=sys.stderr)
+            return EXIT_TERMINAL
+        print(f"pgcdc: {text}", file=sys.stderr)
+        return EXIT_TRANSIENT if isinstance(exc, TransientError) else EXIT_TERMINAL
+    except psycopg.errors.InsufficientPrivilege as exc:
+        print(f"pgcdc: {redact_dsn(str(exc).strip())}; {_PRIVILEGES_HINT}", file=sys.stderr)
         return EXIT_TERMINAL
+
+
+# libpq's own words for a connection that TLS or authentication refused (no SQLSTATE: the
+# client decides), and what to do about each
+_CONNECTION_HINTS = (
+    ("certificate verify failed",
+     "the server's certificate is not signed by the CA that sslrootcert names: set sslrootcert "
+     "in the DSN to the CA that signed it (docs/security.md)"),
+    ("does not match host name",
+     "the server's certificate does not name the host in the DSN: connect with a host name it "
+     "lists, or use sslmode=verify-ca (docs/security.md)"),
+    ("root certificate file",
+     "sslmode=verify-ca/verify-full needs the CA: add sslrootcert=<file> to the DSN "
+     "(docs/security.md)"),
+    ("server does not support SSL",
+     "the server runs with ssl = off: turn TLS on in postgresql.conf (docs/security.md)"),
+    ("no encryption",
+     "the server accepts only TLS connections: add sslmode=verify-full sslrootcert=<CA file> "
+     "to the DSN (docs/security.md)"),
+    ("password authentication failed",
+     "check the role's password (PGCDC_PASSWORD, source.password_file)"),
+)
+_PRIVILEGES_HINT = ("the role pgcdc connects as lacks a privilege: grant it as docs/security.md "
+                    "shows (REPLICATION, USAGE on the schemas, SELECT on the published tables)")
+
+
+def _connection_hint(text: str) -> str | None:
+    if "permission denied" in text:
+        return _PRIVILEGES_HINT
+    return next((hint for words, hint in _CONNECTION_HINTS if words in text), None)
 
 
 class _TextFormatter(logging.Formatter):
@@ -331,11 +374,19 @@ def _sink(settings: Settings) -> Sink:
             msg = ("--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS, or "
                    "sink.bootstrap_servers in the config file)")
             raise ConfigError(msg)
+        from confluent_kafka import KafkaException
+
         from sinks.kafka import KafkaSink
 
-        sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
-                         value_format=cfg.format, tombstones=cfg.tombstones,
-                         transaction_topic=cfg.transaction_topic)
+        try:
+            sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
+                             value_format=cfg.format, tombstones=cfg.tombstones,
+                             transaction_topic=cfg.transaction_topic,
+                             client_config=cfg.kafka_config())
+        except KafkaException as exc:  # librdkafka refused a property of sink.kafka
+            msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
+                   "fix the property (CONFIGURATION.md of librdkafka lists them)")
+            raise ConfigError(msg) from None
     elif cfg.kind == "jsonl":
         from sinks.jsonlines import JsonLinesSink
 
@@ -466,6 +517,32 @@ def _catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """Kafka consumer properties for Spark (the Java client's names, without the ``kafka.``
+    prefix Spark wants; it is added by the job): the file first, then each --kafka-option."""
+    lines: list[tuple[str, str]] = []
+    if args.kafka_properties is not None:
+        try:
+            text = Path(args.kafka_properties).read_text()
+        except OSError as exc:
+            msg = f"cannot read --kafka-properties {args.kafka_properties}: {exc.strerror}"
+            raise ConfigError(msg) from None
+        lines += [(line, f"line {n} of {args.kafka_properties}")
+                  for n, line in enumerate(text.splitlines(), 1)
+                  if line.strip() and not line.lstrip().startswith(("#", "!"))]
+    lines += [(option, f"--kafka-option {option.partition('=')[0]}")
+              for option in args.kafka_option]
+    options: dict[str, str] = {}
+    for line, where in lines:
+        key, sep, value = line.partition("=")
+        key = key.strip().removeprefix("kafka.")
+        if not sep or not key:
+            msg = f"{where}: expected KEY=VALUE, e.g. security.protocol=SASL_SSL"
+            raise ConfigError(msg)
+        options[key] = value.strip()
+    return options
+
+
 def _spark(args: argparse.Namespace) -> int:
     from streaming import job
     from streaming.session import build_session
@@ -476,7 +553,8 @@ def _spark(args: argparse.Namespace) -> int:
                            topic_prefix=args.topic_prefix,
                            trigger_seconds=None if args.available_now else args.trigger_seconds,
                            max_offsets_per_trigger=args.max_offsets_per_trigger,
-                           changelog=args.changelog)
+                           changelog=args.changelog,
+                           kafka_options=_spark_kafka_options(args))
     query = job.start(spark, config)
     query.awaitTermination()
     return 0

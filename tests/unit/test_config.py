@@ -147,3 +147,140 @@ def test_log_formatters_redact_and_json_is_one_object_per_line() -> None:
     assert entry["time"].endswith("+00:00")
     text = cli._TextFormatter("%(message)s").format(record)
     assert text == "connecting to host=db password=***"
+
+
+# --- Kafka client properties and secrets from files (docs/security.md) ---------------------
+
+def test_kafka_properties_from_file_env_and_secret_files(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    secret = tmp_path / "kafka.secret"
+    secret.write_text("hunter2\n")
+    config = _file(tmp_path, f"""
+[source]
+dsn = "{DSN}"
+
+[sink.kafka]
+security.protocol = "SASL_SSL"
+"ssl.ca.location" = "{ca}"
+sasl.mechanism = "SCRAM-SHA-512"
+sasl.username = "from_file"
+sasl.password = "in-the-file"
+"socket.keepalive.enable" = true
+"message.max.bytes" = 2000000
+""")
+    env = {"PGCDC_KAFKA_SASL_USERNAME": "pgcdc",
+           "PGCDC_KAFKA_SASL_PASSWORD_FILE": str(secret)}
+    settings = load_settings(_flags(), config_file=config, environ=env)
+    assert settings.sink.kafka_config() == {
+        "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca),
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "pgcdc",  # env beats the file
+        "sasl.password": "hunter2",  # the env's file beats the file's value, newline dropped
+        "socket.keepalive.enable": "true", "message.max.bytes": "2000000"}
+    assert "hunter2" not in repr(settings) and "in-the-file" not in repr(settings)
+    assert "hunter2" not in str(settings.model_dump())
+    assert "sasl.password_file" not in settings.sink.kafka
+
+
+def test_source_password_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pg.secret"
+    secret.write_text("s3cret\r\n")
+    settings = load_settings(_flags("--dsn", DSN), environ={"PGCDC_PASSWORD_FILE": str(secret)})
+    assert "password=s3cret" in settings.source.conninfo()
+    assert "s3cret" not in repr(settings)
+    with pytest.raises(ConfigError, match=r"^config key 'source.password_file' names "
+                                          r".*missing, which pgcdc cannot read \(No such file "
+                                          r"or directory\): fix the path .* from "
+                                          r"PGCDC_PASSWORD_FILE$"):
+        load_settings(_flags("--dsn", DSN),
+                      environ={"PGCDC_PASSWORD_FILE": str(tmp_path / "missing")})
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match="names .* which is empty: write the secret into it"):
+        load_settings(_flags("--dsn", DSN), environ={"PGCDC_PASSWORD_FILE": str(secret)})
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"PGCDC_KAFKA_SECURITY_PROTOCOL": "TLS"},
+     r"^config key 'sink.kafka.security.protocol' must be one of PLAINTEXT, SSL, "
+     r"SASL_PLAINTEXT, SASL_SSL \(got 'TLS'\) from PGCDC_KAFKA_SECURITY_PROTOCOL$"),
+    ({"PGCDC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"},
+     r"^config key 'sink.kafka.sasl.mechanism' is required with security.protocol=SASL_SSL: "
+     r"one of PLAIN, SCRAM-SHA-256"),
+    ({"PGCDC_KAFKA_SECURITY_PROTOCOL": "sasl_plaintext", "PGCDC_KAFKA_SASL_MECHANISM": "plain"},
+     r"^config key 'sink.kafka.sasl.mechanism' must be one of PLAIN, .* \(got 'plain'\) "
+     r"from PGCDC_KAFKA_SASL_MECHANISM$"),
+    ({"PGCDC_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "PGCDC_KAFKA_SASL_MECHANISM": "PLAIN",
+      "PGCDC_KAFKA_SASL_USERNAME": "u"},
+     r"^config key 'sink.kafka.sasl.password' is required with sasl.mechanism=PLAIN: set it "
+     r"\(or PGCDC_KAFKA_SASL_PASSWORD, sink.kafka.sasl.password_file or "
+     r"PGCDC_KAFKA_SASL_PASSWORD_FILE\)$"),
+    ({"PGCDC_KAFKA_ACKS": "1"},
+     r"^config key 'sink.kafka.acks' is always 'all' in pgcdc .* from PGCDC_KAFKA_ACKS$"),
+    ({"PGCDC_KAFKA_BOOTSTRAP_SERVERS": "k:9092"},
+     r"^config key 'sink.kafka.bootstrap.servers' is set by sink.bootstrap_servers"),
+    ({"PGCDC_KAFKA_SSL_CA_LOCATION": "/nonexistent/ca.pem"},
+     r"^config key 'sink.kafka.ssl.ca.location' names /nonexistent/ca.pem, which does not "
+     r"exist: fix the path from PGCDC_KAFKA_SSL_CA_LOCATION$"),
+    ({"PGCDC_KAFKA_SSL_CA_LOCATION_FILE": "/x"},
+     r"^config key 'sink.kafka.ssl.ca.location_file' is not a setting: only secrets are read "
+     r"from files \(.*sasl.password_file.*\)"),
+])
+def test_kafka_properties_are_checked_at_start(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(_flags("--dsn", DSN), environ=env)
+
+
+def test_kafka_errors_name_the_key_in_the_file_and_hide_secrets(tmp_path: Path) -> None:
+    config = _file(tmp_path, f"""
+[source]
+dsn = "{DSN}"
+[sink.kafka]
+"sasl.password" = "hunter2"
+"sasl.password_file" = "/run/secrets/kafka"
+""")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(_flags(), config_file=config, environ={})
+    assert str(exc.value) == (f"config key 'sink.kafka.sasl.password_file' and "
+                              f"sink.kafka.sasl.password are both set: keep one in {config}")
+    config = _file(tmp_path, f'[source]\ndsn = "{DSN}"\n[sink.kafka]\n"Bad Name" = "hunter2"\n')
+    with pytest.raises(ConfigError, match=r"^config key 'sink.kafka.Bad Name' is not a "
+                                          r"librdkafka property name") as exc:
+        load_settings(_flags(), config_file=config, environ={})
+    assert "hunter2" not in str(exc.value)
+    config = _file(tmp_path, f'[source]\ndsn = "{DSN}"\n[sink]\nkafka = "hunter2"\n')
+    with pytest.raises(ConfigError, match=r"^config key 'sink.kafka' must be a table of "
+                                          r"librdkafka properties \(\[sink.kafka\]\) in ") as exc:
+        load_settings(_flags(), config_file=config, environ={})
+    assert "hunter2" not in str(exc.value)
+    config = _file(tmp_path, f'[source]\ndsn = "{DSN}"\n[sink]\nkafak = 1\n')
+    with pytest.raises(ConfigError, match=r"known: .*sink.kafka\.\*"):
+        load_settings(_flags(), config_file=config, environ={})
+
+
+def test_a_property_librdkafka_does_not_know_is_a_config_error() -> None:
+    """librdkafka checks names and values when the client is made, before connecting."""
+    settings = load_settings(_flags("--dsn", DSN, "--bootstrap-servers", "127.0.0.1:1"),
+                             environ={"PGCDC_KAFKA_SSL_CIPHER_SUITS": "x"})
+    with pytest.raises(ConfigError, match=r"^config key 'sink.kafka' is not accepted by "
+                                          r"librdkafka: No such configuration property: "
+                                          r'"ssl.cipher.suits"; fix the property'):
+        cli._sink(settings)
+
+
+def test_spark_kafka_options_from_a_file_and_flags(tmp_path: Path) -> None:
+    props = tmp_path / "kafka.properties"
+    props.write_text("# Spark's Kafka source (the Java client)\nsecurity.protocol=SASL_SSL\n"
+                     "kafka.sasl.mechanism = PLAIN\n\nsasl.jaas.config=org.apache.kafka."
+                     'common.security.plain.PlainLoginModule required username="u" '
+                     'password="p=q";\n')
+    args = cli._parser().parse_args([
+        "spark", "--bootstrap-servers", "k:9092", "--lake", "/l", "--checkpoint", "/c",
+        "--kafka-properties", str(props), "--kafka-option", "security.protocol=SASL_PLAINTEXT"])
+    assert cli._spark_kafka_options(args) == {
+        "security.protocol": "SASL_PLAINTEXT",  # the flag beats the file
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                            'username="u" password="p=q";'}
+    args.kafka_option = ["security.protocol"]
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        cli._spark_kafka_options(args)
