@@ -1,22 +1,32 @@
-"""What pgcdc tells PostgreSQL: the flush position, its status updates and the lag guard.
+"""What pgcdc tells PostgreSQL: the flush position, its status updates, the lag guard and
+the heartbeats.
 
 Order of acknowledgement (sinks/sink.py), in :meth:`Acknowledger.advance` and
 :meth:`Acknowledger.confirm`:
 
 1. the flush candidate is the sink's durable LSN and nothing else, except that a
-   keepalive's ``wal_end`` may move an idle slot forward (no transaction open, none
-   pending, nothing in flight: the walsender only reports a position after it sent
-   everything before it), and it is capped below any prepared transaction still
-   waiting for its COMMIT PREPARED;
+   keepalive's ``wal_end`` or a heartbeat's LSN may move an idle slot forward (no
+   transaction open, none pending, nothing in flight: the walsender only reports a
+   position, or sends a message, after it sent everything before it), and it is
+   capped below any prepared transaction still waiting for its COMMIT PREPARED;
 2. the progress file stores the new position (fsynced);
 3. the status update sends it to PostgreSQL as the flush position.
 
 The lag guard samples the slot's lag (server WAL end minus ``confirmed_flush_lsn``)
 over a normal connection, at most every ``lag_interval`` seconds.
+
+Heartbeats (``heartbeat_interval`` > 0; off by default): at most every interval, a
+status update also writes ``pg_logical_emit_message(false, 'pgcdc.heartbeat', json)``
+over that normal connection.  The message comes back through the slot like any
+logical message of the database; pgcdc counts it, never hands it to the sink, and
+takes its LSN as a position the walsender has passed.  Non-transactional, it stands
+alone in the WAL, so confirming it only needs everything received before it to be
+durable, the same rule as a keepalive's ``wal_end``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[tuple[object, ...]]
+
+HEARTBEAT_PREFIX = "pgcdc.heartbeat"
 
 
 class LagLimitError(TerminalError):
@@ -68,8 +80,11 @@ class Acknowledger:
         self.stored = -1  # the position in the progress file; -1: none
         self.identity: tuple[str, str] = ("", "")  # system identifier, database
         self._keepalive_end = 0
+        self._heartbeat_lsn = 0  # the newest heartbeat received in this session
         self._last_status = 0.0
         self._last_lag_check = 0.0
+        self._last_heartbeat = 0.0
+        self._heartbeat_failing = False
 
     def start(self, flushed: int) -> None:
         """Begin at the slot's confirmed flush position."""
@@ -80,13 +95,20 @@ class Acknowledger:
         """The walsender has sent everything before ``wal_end``."""
         self._keepalive_end = max(self._keepalive_end, wal_end)
 
+    def heartbeat(self, lsn: int) -> None:
+        """A heartbeat came back through the slot: the walsender has sent everything
+        before ``lsn``."""
+        self._heartbeat_lsn = max(self._heartbeat_lsn, lsn)
+        self.progress.heartbeats_received += 1
+
     def reset(self) -> None:
         """Forget the old session's positions before a new session starts.
 
-        A keepalive of the old session may point past transactions that the new session
-        has yet to resend: trusting it would confirm them unsent.
+        A keepalive or a heartbeat of the old session may point past transactions that
+        the new session has yet to resend: trusting it would confirm them unsent.
         """
         self._keepalive_end = 0
+        self._heartbeat_lsn = 0
 
     def due(self) -> bool:
         """Whether ``status_interval`` has passed since the last status update."""
@@ -94,14 +116,15 @@ class Acknowledger:
 
     def advance(self, *, idle: bool, hold: int | None) -> None:
         """Step 1: the flush position is what the sink made durable (raises its delivery
-        error), or a keepalive's position while ``idle``, never past ``hold``."""
+        error), or a keepalive's or heartbeat's position while ``idle``, never past
+        ``hold``."""
         now = time.monotonic()
         candidate = self.flushed
         durable = self.sink.durable_lsn()
         if durable is not None:
             candidate = max(candidate, durable)
         if idle:
-            candidate = max(candidate, self._keepalive_end)
+            candidate = max(candidate, self._keepalive_end, self._heartbeat_lsn)
         if hold is not None:
             candidate = min(candidate, hold)
         self.flushed = max(self.flushed, candidate)
@@ -120,6 +143,10 @@ class Acknowledger:
                 and now - self._last_lag_check >= self.config.lag_interval):
             self._last_lag_check = now
             self._check_lag()
+        interval = self.config.heartbeat_interval
+        if interval > 0 and now - self._last_heartbeat >= interval:
+            self._last_heartbeat = now
+            self._emit_heartbeat()
         if self.store is not None and self.flushed > self.stored:
             failpoints.hit("before_progress_store")
             system_id, database = self.identity
@@ -152,3 +179,22 @@ class Acknowledger:
         log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
                     "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms it",
                     self.config.slot, lag, limit)
+
+    def _emit_heartbeat(self) -> None:
+        """Write a heartbeat into the WAL of the slot's database (a normal connection)."""
+        content = json.dumps({"slot": self.config.slot, "ts_ms": int(time.time() * 1000)},
+                             separators=(",", ":"))
+        try:
+            self.connection().execute("SELECT pg_logical_emit_message(false, %s::text, %s::text)",
+                                      (HEARTBEAT_PREFIX, content))
+        except psycopg.Error as exc:  # a missed heartbeat must not stop streaming
+            kind = "HeartbeatError"
+            self.progress.errors[kind] = self.progress.errors.get(kind, 0) + 1
+            if not self._heartbeat_failing:  # once per run of failures, not every interval
+                log.warning("cannot emit a heartbeat for slot %s: %s; the role needs EXECUTE "
+                            "on pg_logical_emit_message and a primary (not a standby), or set "
+                            "heartbeat_interval = 0", self.config.slot, str(exc).strip())
+            self._heartbeat_failing = True
+            return
+        self._heartbeat_failing = False
+        self.progress.heartbeats_sent += 1

@@ -88,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--on-lag", choices=["warn", "stop"],
                      help="past --max-lag-bytes: warn (log and count, default) or stop "
                           "(exit 3)")
+    run.add_argument("--heartbeat-interval", type=float,
+                     help="seconds between heartbeats written into the WAL "
+                          "(pg_logical_emit_message) and read back through the slot "
+                          "(default 0: off)")
 
     snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
                                                "every published table as read events, and exit "
@@ -341,7 +345,8 @@ def _run(settings: Settings) -> int:
         progress_file=progress_file, catalog_dir=catalog_dir,
         status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes,
         on_lag=service.on_lag, lag_interval=service.lag_interval,
-        sample_lag=service.metrics_port is not None), sink)
+        sample_lag=service.metrics_port is not None,
+        heartbeat_interval=service.heartbeat_interval), sink)
     metrics = None
     if service.metrics_port is not None:
         try:

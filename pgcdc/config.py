@@ -238,6 +238,7 @@ class ServiceSettings(_Section):
     on_lag: Literal["warn", "stop"] = "warn"
     lag_interval: float = Field(default=5.0, gt=0)
     status_interval: float = Field(default=1.0, gt=0)
+    heartbeat_interval: float = Field(default=0.0, ge=0)  # 0: off
 
 
 class LogSettings(_Section):
@@ -299,6 +300,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("service", "on_lag"), "on_lag", "ON_LAG"),
     _Key(("service", "lag_interval"), None, "LAG_INTERVAL"),
     _Key(("service", "status_interval"), None, "STATUS_INTERVAL"),
+    _Key(("service", "heartbeat_interval"), "heartbeat_interval", "HEARTBEAT_INTERVAL"),
     _Key(("log", "level"), "log_level", "LOG_LEVEL"),
     _Key(("log", "format"), "log_format", "LOG_FORMAT"),
 )

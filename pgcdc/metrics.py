@@ -101,6 +101,11 @@ def render(pipeline: Pipeline) -> str:
     for kind, count in sorted(dict(p.errors).items()):
         errors.add(count, kind=kind)
     families.append(errors)
+    families.append(_Family("pgcdc_heartbeats_total", "counter",
+                            "Heartbeats written into the WAL, and received back through "
+                            "the slot.")
+                    .add(p.heartbeats_sent, stage="sent")
+                    .add(p.heartbeats_received, stage="received"))
     families.append(_Family("pgcdc_streaming", "gauge",
                             "1 while a replication session is streaming.")
                     .add(1 if p.streaming else 0))

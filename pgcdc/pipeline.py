@@ -43,7 +43,7 @@ from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
-from pgcdc.acknowledgement import Acknowledger
+from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.errors import PgcdcError
 from pgcdc.progress import ProgressStore, check_against_slot
@@ -57,7 +57,6 @@ from snapshot_builder.history import CatalogHistory, HistoryFile
 log = logging.getLogger(__name__)
 
 _STREAM_STOP = ord("E")
-HEARTBEAT_PREFIX = "pgcdc.heartbeat"
 _SCHEMA_TAGS = (ord("R"), ord("Y"))
 
 
@@ -87,6 +86,8 @@ class PipelineConfig:
     on_lag: str = "warn"  # "warn" (log and count) or "stop" (raise LagLimitError)
     lag_interval: float = 5.0
     sample_lag: bool = False  # sample the lag even without a limit (for metrics)
+    # seconds between heartbeats written into the WAL (pgcdc/acknowledgement.py); 0: off
+    heartbeat_interval: float = 0.0
 
 
 @dataclass
@@ -107,6 +108,8 @@ class Progress:
     lag_bytes: int | None = None  # the slot's lag, when sampled (PipelineConfig.sample_lag)
     lag_exceeded: int = 0  # lag samples above max_lag_bytes
     errors: dict[str, int] = field(default_factory=dict)  # by exception class name
+    heartbeats_sent: int = 0
+    heartbeats_received: int = 0  # back through the slot (any pgcdc's, of this database)
 
     @property
     def by_table(self) -> dict[str, int]:
@@ -369,6 +372,8 @@ class Pipeline:
                 self.sink.write_message(message, lsn=lsn,
                                         commit_lsn=txn.commit_lsn if txn else None,
                                         xid=txn.xid if txn else None)
+            elif not message.transactional:  # not for the sink; a position for the slot
+                self._acks.heartbeat(lsn)
         elif isinstance(message, pg.Origin):
             log.debug("origin %s at %s", message.name, format_lsn(lsn))
         elif isinstance(message, pg.Insert | pg.Update | pg.Delete):
