@@ -94,9 +94,11 @@ class _Running:
         assert self.error is None, self.error
 
 
-def _pipeline(dsn: str, sink: RecordingSink | KafkaSink, *, heartbeat: float) -> Pipeline:
+def _pipeline(dsn: str, sink: RecordingSink | KafkaSink, *, heartbeat: float,
+              capture_ddl: bool = True) -> Pipeline:
     pipeline = Pipeline(PipelineConfig(dsn, tables=["public.published"], status_interval=0.2,
-                                       heartbeat_interval=heartbeat), sink)
+                                       heartbeat_interval=heartbeat, capture_ddl=capture_ddl),
+                        sink)
     pipeline.prepare()
     return pipeline
 
@@ -226,3 +228,35 @@ def test_heartbeat_interval_is_validated() -> None:
         load_settings({"dsn": "dbname=x"}, environ={"PGCDC_HEARTBEAT_INTERVAL": "-1"})
     settings = load_settings({"dsn": "dbname=x", "heartbeat_interval": 2.5}, environ={})
     assert settings.service.heartbeat_interval == 2.5
+
+
+@pytest.mark.usefixtures("tables")
+def test_a_refused_heartbeat_is_reported_and_streaming_goes_on(
+        pg_conn: Conn, pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A role that may not write logical messages: a warning naming the fix, an error count,
+    and every change still arrives."""
+    _pipeline(pg_dsn, RecordingSink(), heartbeat=0, capture_ddl=False)  # publication, slot
+    role = f"nohb_{uuid.uuid4().hex[:8]}"
+    pg_conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role)))
+    pg_conn.execute(sql.SQL("GRANT SELECT ON published TO {}").format(sql.Identifier(role)))
+    pg_conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+                    "FROM PUBLIC")
+    sink = RecordingSink()
+    try:
+        pipeline = _pipeline(pg_dsn.replace("user=postgres", f"user={role}"), sink,
+                             heartbeat=0.2, capture_ddl=False)
+        with _Running(pipeline):
+            pg_conn.execute("INSERT INTO published VALUES (1)")
+            deadline = time.monotonic() + 60
+            while not sink.events or pipeline.progress.errors.get("HeartbeatError", 0) < 3:
+                assert time.monotonic() < deadline, "timed out waiting for the change"
+                time.sleep(0.1)
+    finally:
+        pg_conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        pg_conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert [e.key for e in sink.events] == [{"id": 1}]
+    assert pipeline.progress.heartbeats_sent == 0
+    warnings = [r.getMessage() for r in caplog.records if "heartbeat" in r.getMessage()]
+    assert len(warnings) == 1, "warned once, not at every interval"
+    assert "EXECUTE on pg_logical_emit_message" in warnings[0]
+    assert "permission denied" in warnings[0]
