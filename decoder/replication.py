@@ -13,8 +13,7 @@ import logging
 import select
 import struct
 import time
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import psycopg
 from psycopg import pq, sql
@@ -41,22 +40,20 @@ _KEEPALIVE = struct.Struct("!QqB")
 _STATUS = struct.Struct("!cQQQqB")
 
 
-@dataclass(frozen=True, slots=True)
-class XLogData:
+class XLogData(NamedTuple):  # named tuples: one per message, four times cheaper to build
     wal_start: int
     wal_end: int
     send_time: int
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Keepalive:
+class Keepalive(NamedTuple):
     wal_end: int
     send_time: int
     reply_requested: bool
 
 
-def parse_copy_data(buf: bytes) -> XLogData | Keepalive:
+def parse_copy_data(buf: bytes | memoryview) -> XLogData | Keepalive:
     """Parse one CopyData message of the replication stream."""
     if not buf:
         raise DecodeError("empty CopyData", tag=None, offset=0)
@@ -65,7 +62,7 @@ def parse_copy_data(buf: bytes) -> XLogData | Keepalive:
         if len(buf) < 25:
             raise DecodeError("XLogData header cut short", tag="w", offset=len(buf))
         start, end, ts = _XLOG_HEAD.unpack_from(buf, 1)
-        return XLogData(start, end, ts, buf[25:])
+        return XLogData(start, end, ts, bytes(buf[25:]))
     if tag == 0x6B:  # 'k'
         if len(buf) != 18:
             raise DecodeError(f"keepalive of {len(buf)} bytes, expected 18", tag="k",
@@ -190,6 +187,37 @@ class ReplicationConnection:
                     raise self._lost(str(exc)) from exc
                 continue
             raise self._lost(pgconn.get_error_message())
+
+    def read_batch(self, timeout: float, limit: int = 1024) -> list[XLogData | Keepalive]:
+        """The messages already received, at most ``limit``; waits up to ``timeout``
+        seconds for the first.  An empty list: nothing arrived.
+
+        A consumer that handles a batch at a time pays its per-read costs (status
+        checks, polling the sink) once per batch instead of once per message.
+        """
+        pgconn = self.pgconn
+        batch: list[XLogData | Keepalive] = []
+        deadline = 0.0
+        while len(batch) < limit:
+            nbytes, data = pgconn.get_copy_data(1)
+            if nbytes > 0:
+                batch.append(parse_copy_data(data))
+                continue
+            if nbytes < 0:
+                raise self._lost(pgconn.get_error_message())
+            if batch:
+                break
+            now = time.monotonic()
+            if not deadline:
+                deadline = now + timeout
+            if now >= deadline:
+                break
+            self._wait(read=True, timeout=deadline - now)
+            try:
+                pgconn.consume_input()
+            except psycopg.OperationalError as exc:
+                raise self._lost(str(exc)) from exc
+        return batch
 
     def send_status(self, written: int, flushed: int, applied: int, *,
                     reply: bool = False) -> None:

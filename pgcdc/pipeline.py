@@ -28,10 +28,18 @@ from pathlib import Path
 import psycopg
 
 from decoder import pgoutput as pg
-from decoder.change import CREATE, DELETE, TRUNCATE, UPDATE, ChangeEvent, RowDecoder
+from decoder.change import (
+    CREATE,
+    DELETE,
+    TRUNCATE,
+    UPDATE,
+    ChangeEvent,
+    RowDecoder,
+    decode_change,
+)
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
-from decoder.replication import Keepalive, ReplicationConnection, XLogData, identify_system
+from decoder.replication import ReplicationConnection, XLogData, identify_system
 from decoder.slot import (
     check_identity,
     check_wal_level,
@@ -57,6 +65,7 @@ from snapshot_builder.history import CatalogHistory, HistoryFile
 log = logging.getLogger(__name__)
 
 _STREAM_STOP = ord("E")
+_ROW_TAGS = frozenset(b"IUD")  # Insert, Update, Delete
 _SCHEMA_TAGS = (ord("R"), ord("Y"))
 
 
@@ -284,15 +293,18 @@ class Pipeline:
             self.progress.streaming = True
             last_report = 0.0
             while not stop.is_set():
-                message = stream.read(timeout=0.1)
-                if isinstance(message, XLogData):
-                    self._on_data(message)
-                    self.progress.received_lsn = max(self.progress.received_lsn, message.wal_end)
-                elif isinstance(message, Keepalive):
-                    self._acks.keepalive(message.wal_end)
-                    self.progress.received_lsn = max(self.progress.received_lsn, message.wal_end)
-                    if message.reply_requested:
-                        self._send_status(stream, force=True)
+                # A batch at a time: polling the sink and the status clock once per batch.
+                received = self.progress.received_lsn
+                for message in stream.read_batch(timeout=0.1):
+                    received = max(received, message.wal_end)
+                    if isinstance(message, XLogData):
+                        self._on_data(message)
+                    else:
+                        self._acks.keepalive(message.wal_end)
+                        if message.reply_requested:
+                            self.progress.received_lsn = received
+                            self._send_status(stream, force=True)
+                self.progress.received_lsn = received
                 self.sink.poll(0)
                 self._send_status(stream)
                 now = time.monotonic()
@@ -328,8 +340,15 @@ class Pipeline:
 
     def _on_data(self, frame: XLogData) -> None:
         payload = frame.payload
-        if self._stream is not None and payload[0] != _STREAM_STOP:
+        tag = payload[0]
+        if self._stream is not None and tag != _STREAM_STOP:
             self._stream.add(streamed_xid(payload), frame.wal_start, payload)
+            return
+        if tag in _ROW_TAGS and self._preparing is None:
+            # Almost every message: bytes straight to rows, no message object.
+            op, table, before, after, unchanged = decode_change(payload, self._current)
+            failpoints.hit("after_decode")
+            self._emit(op, table, before, after, unchanged, frame.wal_start)
             return
         message = pg.parse(payload)
         if self._preparing is not None and not isinstance(message, pg.Prepare):

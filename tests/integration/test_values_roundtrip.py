@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network, ip_interface
@@ -502,7 +502,7 @@ def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str) -> None:
     assert got["p"] == {"x": p_x, "y": p_y} == {"x": 7, "y": "y z"}
     assert got["snap"] == snap and got["iv"] == iv == "1 2 -3"  # no decoder: the text
 
-    typed = replace(sink.events[0], after={"id": 1, **got})
+    typed = sink.events[0]._replace(after={"id": 1, **got})
     encoded = json.loads(encode_value(typed, server_name="s", now_ms=0))["after"]
     assert encoded["c"]["span"] == {"lower": 1, "upper": 3, "lower_inc": True,
                                     "upper_inc": False, "empty": False}
