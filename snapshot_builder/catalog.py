@@ -17,10 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from decoder import values
 from decoder.pgoutput import Relation, Type
+
+
+class VersionMismatchError(ValueError):
+    """A stored version that its definition does not give: an edited or damaged file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,9 @@ class Column:
     is_key: bool
     not_null: bool | None = None  # None: not known (a Relation message does not say)
     default: str | None = None
+    # pg_attribute.attnum: the column's identity, kept across a rename (captured DDL only);
+    # not part of the version, so a definition's version is the same with or without it
+    attnum: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type_oid": self.type_oid,
@@ -41,12 +48,30 @@ class Column:
             out["not_null"] = self.not_null
         if self.default is not None:
             out["default"] = self.default
+        if self.attnum is not None:
+            out["attnum"] = self.attnum
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Column:
-        return cls(data["name"], int(data["type_oid"]), data["type_name"], int(data["typmod"]),
-                   bool(data["key"]), data.get("not_null"), data.get("default"))
+        """The inverse of :meth:`to_dict`; equal columns come back as one shared object
+        (a long history repeats the same columns in thousands of versions)."""
+        key = tuple(data.items())
+        column = _COLUMNS.get(key)
+        if column is None:
+            column = cls(data["name"], int(data["type_oid"]), data["type_name"],
+                         int(data["typmod"]), bool(data["key"]), data.get("not_null"),
+                         data.get("default"),
+                         int(data["attnum"]) if data.get("attnum") is not None else None)
+            if len(_COLUMNS) >= _COLUMNS_MAX:
+                _COLUMNS.clear()
+            _COLUMNS[key] = column
+        return column
+
+
+# Column.from_dict's shared objects (columns are immutable, so sharing is safe), bounded
+_COLUMNS: dict[tuple[Any, ...], Column] = {}
+_COLUMNS_MAX: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,12 @@ class TableVersion:
     key_columns: tuple[Column, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        layout, meta = self._fingerprints()
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "meta", meta)
+        object.__setattr__(self, "key_columns", tuple(c for c in self.columns if c.is_key))
+
+    def _fingerprints(self) -> tuple[str, str]:
         layout = [(c.name, c.type_oid, c.typmod) for c in self.columns]
         meta: list[Any] = [self.schema, self.name, self.replica_identity,
                            [c.name for c in self.columns if c.is_key]]
@@ -72,9 +103,38 @@ class TableVersion:
         if any(v is not None for pair in extras for v in pair) or self.comment is not None \
                 or self.partition_parent is not None:
             meta += [extras, self.comment, self.partition_parent]
-        object.__setattr__(self, "layout", _fingerprint(layout))
-        object.__setattr__(self, "meta", _fingerprint(meta))
-        object.__setattr__(self, "key_columns", tuple(c for c in self.columns if c.is_key))
+        return _fingerprint(layout), _fingerprint(meta)
+
+    @classmethod
+    def _restore(cls, oid: int, schema: str, name: str, replica_identity: str,
+                 columns: tuple[Column, ...], comment: str | None, partition_parent: int | None,
+                 layout: str, meta: str) -> TableVersion:
+        """A stored version as it was written, fingerprints not recomputed (see
+        :meth:`verify`): loading a long history is dominated by them otherwise."""
+        table = object.__new__(cls)
+        put = object.__setattr__
+        put(table, "oid", oid)
+        put(table, "schema", schema)
+        put(table, "name", name)
+        put(table, "replica_identity", replica_identity)
+        put(table, "columns", columns)
+        put(table, "comment", comment)
+        put(table, "partition_parent", partition_parent)
+        put(table, "layout", layout)
+        put(table, "meta", meta)
+        put(table, "key_columns", tuple(c for c in columns if c.is_key))
+        return table
+
+    def verify(self) -> None:
+        """Raise :class:`VersionMismatchError` unless the stored fingerprints are the ones
+        this definition gives (a restored version is checked here, on demand)."""
+        layout, meta = self._fingerprints()
+        if (layout, meta) != (self.layout, self.meta):
+            msg = (f"table {self.qualified_name} (oid {self.oid}) was stored as version "
+                   f"{self.version} but its definition gives {layout}.{meta}: the catalog "
+                   "history was edited or damaged; restore it, or remove the folder to "
+                   "rebuild the catalog")
+            raise VersionMismatchError(msg)
 
     @property
     def version(self) -> str:
@@ -106,16 +166,31 @@ class TableVersion:
                 and [c.name for c in self.key_columns] == [c.name for c in other.key_columns])
 
 
-def table_from_dict(data: dict[str, Any]) -> TableVersion:
-    """The inverse of :meth:`TableVersion.to_dict`; the version is recomputed and checked."""
+def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersion:
+    """The inverse of :meth:`TableVersion.to_dict`.
+
+    With ``verify`` (the default) the version is recomputed and must equal the stored
+    one; without, a stored ``layout`` and ``version`` are taken as written and checked
+    later by :meth:`TableVersion.verify` (how a persisted history loads).
+    """
+    shared = _COLUMNS.get
+    columns = tuple([shared(tuple(c.items())) or Column.from_dict(c) for c in data["columns"]])
+    stored = data.get("version")
+    layout = data.get("layout")
+    if not verify and isinstance(stored, str) and isinstance(layout, str):
+        head, dot, meta = stored.partition(".")
+        if dot and head == layout:
+            return TableVersion._restore(int(data["oid"]), data["schema"], data["name"],
+                                         data["replica_identity"], columns,
+                                         data.get("comment"), data.get("partition_parent"),
+                                         layout, meta)
     table = TableVersion(int(data["oid"]), data["schema"], data["name"],
-                         data["replica_identity"],
-                         tuple(Column.from_dict(c) for c in data["columns"]),
+                         data["replica_identity"], columns,
                          data.get("comment"), data.get("partition_parent"))
-    if "version" in data and data["version"] != table.version:
-        msg = (f"table {data['schema']}.{data['name']} was stored as version {data['version']} "
+    if stored is not None and stored != table.version:
+        msg = (f"table {data['schema']}.{data['name']} was stored as version {stored} "
                f"but its definition gives {table.version}")
-        raise ValueError(msg)
+        raise VersionMismatchError(msg)
     return table
 
 
