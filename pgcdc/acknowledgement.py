@@ -133,7 +133,8 @@ class Acknowledger:
         self.progress.in_flight = self.sink.in_flight()
 
     def confirm(self, stream: ReplicationConnection, *, idle: bool) -> None:
-        """Steps 2 and 3: store the flush position, then send it to PostgreSQL.
+        """Steps 2 and 3: store the flush position, then send it to PostgreSQL (after the
+        lag sample and the heartbeat, when they are due).
 
         While ``idle``, the update asks for a keepalive: its ``wal_end`` lets an idle slot
         advance at the next update.
@@ -191,9 +192,10 @@ class Acknowledger:
             kind = "HeartbeatError"
             self.progress.errors[kind] = self.progress.errors.get(kind, 0) + 1
             if not self._heartbeat_failing:  # once per run of failures, not every interval
-                log.warning("cannot emit a heartbeat for slot %s: %s; the role needs EXECUTE "
-                            "on pg_logical_emit_message and a primary (not a standby), or set "
-                            "heartbeat_interval = 0", self.config.slot, str(exc).strip())
+                log.warning("cannot emit a heartbeat for slot %s: %s (it needs EXECUTE on "
+                            "pg_logical_emit_message and a primary, not a standby; "
+                            "heartbeat_interval = 0 turns heartbeats off); streaming goes on",
+                            self.config.slot, str(exc).strip())
             self._heartbeat_failing = True
             return
         self._heartbeat_failing = False
