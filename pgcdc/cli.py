@@ -70,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="do not follow a delete with a tombstone (null value)")
     run.add_argument("--transaction-topic", action="store_true", default=None,
                      help="publish BEGIN/END transaction metadata to <prefix>._transactions")
+    run.add_argument("--exactly-once", action="store_true", default=None,
+                     help="Kafka transactions: exactly once for read_committed consumers "
+                          "(docs/exactly-once.md)")
+    run.add_argument("--transactional-id",
+                     help="with --exactly-once (default pgcdc.<prefix>.<slot>)")
+    run.add_argument("--commit-interval-ms", type=int,
+                     help="with --exactly-once: commit a Kafka transaction this often "
+                          "(default 1000)")
     run.add_argument("--progress-file", type=Path,
                      help="where the durable position is stored and checked against the slot "
                           "at start (default ~/.local/state/pgcdc/<slot>.json)")
@@ -383,6 +391,16 @@ def _sink(settings: Settings) -> Sink:
 
         from sinks.kafka import KafkaSink
 
+        if cfg.exactly_once:
+            from sinks.kafka_txn import TransactionalKafkaSink
+
+            sink = TransactionalKafkaSink(
+                cfg.bootstrap_servers, slot=settings.source.slot, topic_prefix=cfg.topic_prefix,
+                transactional_id=cfg.transactional_id, commit_interval_ms=cfg.commit_interval_ms,
+                commit_events=cfg.commit_events, value_format=cfg.format,
+                tombstones=cfg.tombstones, transaction_topic=cfg.transaction_topic,
+                client_config=cfg.kafka_config())
+            return sink
         try:
             sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
                              value_format=cfg.format, tombstones=cfg.tombstones,
@@ -392,6 +410,9 @@ def _sink(settings: Settings) -> Sink:
             msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
                    "fix the property (CONFIGURATION.md of librdkafka lists them)")
             raise ConfigError(msg) from None
+    elif cfg.exactly_once:
+        msg = f"--exactly-once needs --sink kafka (got --sink {cfg.kind})"
+        raise ConfigError(msg)
     elif cfg.kind == "jsonl":
         from sinks.jsonlines import JsonLinesSink
 

@@ -127,6 +127,11 @@ class SinkSettings(_Section):
     tombstones: bool = True
     transaction_topic: bool = False
     output: str = "-"
+    # exactly-once for read_committed consumers: Kafka transactions (docs/exactly-once.md)
+    exactly_once: bool = False
+    transactional_id: str | None = Field(default=None, min_length=1)  # default from prefix, slot
+    commit_interval_ms: int = Field(default=1000, ge=1)
+    commit_events: int = Field(default=10_000, ge=1)
     kafka: dict[str, str | SecretStr] = Field(default_factory=dict)  # librdkafka properties
 
     @field_validator("kafka", mode="before")
@@ -288,6 +293,10 @@ KEYS: tuple[_Key, ...] = (
     _Key(("sink", "tombstones"), "no_tombstones", "TOMBSTONES", lambda value: not value),
     _Key(("sink", "transaction_topic"), "transaction_topic", "TRANSACTION_TOPIC"),
     _Key(("sink", "output"), "output", "OUTPUT"),
+    _Key(("sink", "exactly_once"), "exactly_once", "EXACTLY_ONCE"),
+    _Key(("sink", "transactional_id"), "transactional_id", "TRANSACTIONAL_ID"),
+    _Key(("sink", "commit_interval_ms"), "commit_interval_ms", "COMMIT_INTERVAL_MS"),
+    _Key(("sink", "commit_events"), None, "COMMIT_EVENTS"),
     _Key(("state", "progress_file"), "progress_file", "PROGRESS_FILE"),
     _Key(("state", "catalog_dir"), "catalog_dir", "CATALOG_DIR"),
     _Key(("state", "load_state"), "load_state", "LOAD_STATE"),

@@ -170,13 +170,14 @@ class KafkaSink:
         value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
                      value_format=self.encoder.format, **self.encoder.schemas(table))
         errors: list[KafkaError] = []
-        self._producer.produce(
+        producer = self._sync_producer()
+        producer.produce(
             self.catalog_topic,
             key=f"{table.oid}.{table.version}".encode(),
             value=json.dumps(value, separators=(",", ":")).encode(),
             on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
         )
-        remaining = self._producer.flush(60)
+        remaining = producer.flush(60)
         if remaining or errors:
             detail = errors[0] if errors else f"{remaining} messages still queued after 60 s"
             msg = (f"could not publish table version {table.qualified_name}@{table.version}: "
@@ -240,8 +241,15 @@ class KafkaSink:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:  # e.g. a fatal idempotent-producer error
-                msg = f"kafka producer failed: {exc.args[0]}"
-                raise DeliveryError(msg) from exc
+                raise self._producer_failed(exc) from exc
+
+    def _sync_producer(self) -> Producer:
+        """The producer of the records flushed at once (table versions)."""
+        return self._producer
+
+    def _producer_failed(self, exc: KafkaException) -> Exception:
+        """The error to raise when ``produce`` itself fails."""
+        return DeliveryError(f"kafka producer failed: {exc.args[0]}")
 
     # --- transaction metadata -------------------------------------------------------------
 

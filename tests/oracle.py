@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ from decoder.slot import current_wal_lsn, slot_info
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-def raw_records(servers: str, topic: str, timeout: float) -> list[Any]:
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+def raw_records(servers: str, topic: str, timeout: float,
+                isolation_level: str = "read_uncommitted") -> list[Any]:
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                             isolation_level=isolation_level)
     try:
         partitions = [TopicPartition(topic, p)
                       for p in sorted(consumer.partitions_for_topic(topic) or [])]
@@ -64,14 +67,16 @@ def _real_names(record: dict[str, Any] | None, schema: Any) -> dict[str, Any] | 
     return {f["pgcdc.column"]: record[f["name"]] for f in fields}
 
 
-def read_topic(servers: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
+def read_topic(servers: str, topic: str, timeout: float = 60,
+               isolation_level: str = "read_uncommitted") -> list[dict[str, Any]]:
     """Every change of a table topic, in partition order, decoded as an independent consumer
     would: JSON as it is, Avro with the writer schema the catalog topic gives its version.
-    Tombstones are checked (each follows a delete of its key) and left out."""
+    Tombstones are checked (each follows a delete of its key) and left out.
+    ``isolation_level="read_committed"`` skips aborted Kafka transactions."""
     prefix = topic.split(".")[0]
     readers: dict[str, tuple[Any, Any]] | None = None
     out: list[dict[str, Any]] = []
-    for r in raw_records(servers, topic, timeout):
+    for r in raw_records(servers, topic, timeout, isolation_level):
         if r.value is None:
             assert out and out[-1]["op"] == "d" and out[-1]["_raw_key"] == r.key, "stray tombstone"
             continue
@@ -212,11 +217,12 @@ def verify(events: list[dict[str, Any]], ledger: Ledger, source: Conn) -> Verdic
 class PgcdcProcess:
     """``pgcdc run`` as a separate process, to crash and restart for real."""
 
-    def __init__(self, dsn: str, servers: str, prefix: str, progress: Path) -> None:
+    def __init__(self, dsn: str, servers: str, prefix: str, progress: Path,
+                 extra_args: Sequence[str] = ()) -> None:
         self.argv = [sys.executable, "-m", "pgcdc", "run", "--dsn", dsn, "--sink", "kafka",
                      "--bootstrap-servers", servers, "--topic-prefix", prefix,
                      "--tables", "public.ledger", "--progress-file", str(progress),
-                     "--catalog-dir", str(progress.with_suffix(".catalog"))]
+                     "--catalog-dir", str(progress.with_suffix(".catalog")), *extra_args]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, fail_point: str | None = None) -> None:

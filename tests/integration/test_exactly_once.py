@@ -1,0 +1,135 @@
+"""Exactly-once through Kafka transactions (``pgcdc run --exactly-once``, issue #5).
+
+pgcdc runs as a real separate process; it is crashed at named fail points and with
+kill -9 under write load, restarted, and the table topic is read back by an independent
+kafka-python consumer with ``isolation_level="read_committed"``: no committed change
+missing, and no ``(commit_lsn, ordinal)`` twice.  What a read_uncommitted reader sees
+is printed, not asserted (it may include aborted transactions).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from decoder.slot import slot_info
+from pgcdc import failpoints
+from sinks.kafka import topic_name
+from sinks.kafka_txn import default_transactional_id, offsets_topic, read_committed_lsn
+from tests.oracle import PgcdcProcess, Verdict, Writer, read_topic, verify
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+KILL_CYCLES = int(os.environ.get("PGCDC_EOS_KILL_CYCLES", "12"))
+EXACTLY_ONCE = ("--exactly-once", "--commit-interval-ms", "300")
+
+
+@pytest.fixture
+def ledger(pg_conn: Conn) -> None:
+    pg_conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, version int NOT NULL, payload text)")
+    pg_conn.execute("CREATE PUBLICATION pgcdc FOR TABLE ledger")
+    pg_conn.execute("SELECT pg_create_logical_replication_slot('pgcdc', 'pgoutput', false, true)")
+
+
+def _check_exactly_once(servers: str, prefix: str, writer: Writer, conn: Conn) -> Verdict:
+    topic = topic_name(prefix, "public", "ledger")
+    events = read_topic(servers, topic, isolation_level="read_committed")
+    verdict = verify(events, writer.ledger, conn)  # no loss, order, fold equals the source
+    positions = [(e["source"]["commit_lsn"], e["source"]["ordinal"]) for e in events]
+    duplicates = len(positions) - len(set(positions))
+    assert duplicates == 0, f"{duplicates} duplicate events for a read_committed consumer"
+    uncommitted = read_topic(servers, topic, isolation_level="read_uncommitted")
+    print(f"\nread_committed: {verdict.events} events, {verdict.distinct} distinct; "
+          f"read_uncommitted: {len(uncommitted)} events (aborted transactions included)")
+    return verdict
+
+
+@pytest.mark.usefixtures("ledger")
+@pytest.mark.parametrize("point", ["after_produce:5", "after_delivery_ack:30",
+                                   "before_progress_store:2", "after_status_update:3"])
+def test_crash_at_fail_point_exactly_once(point: str, pg_conn: Conn, pg_dsn: str,
+                                          kafka_servers: str, topic_prefix: str,
+                                          tmp_path: Path) -> None:
+    """``before_progress_store:2`` is the crash between a Kafka commit and the slot hearing
+    of it: the slot resends transactions that are in Kafka already, and they are dropped."""
+    writer = Writer(pg_dsn, seed=len(point))
+    writer.write(pg_conn, 20)
+    pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
+                         extra_args=EXACTLY_ONCE)
+    pgcdc.start(fail_point=point)
+    code, err = pgcdc.wait(timeout=120)
+    assert code == failpoints.EXIT_CODE, f"the fail point was not reached ({code}):\n{err}"
+    if point.startswith("before_progress_store"):
+        committed = read_committed_lsn({"bootstrap.servers": kafka_servers},
+                                       offsets_topic(topic_prefix), "pgcdc")
+        info = slot_info(pg_conn, "pgcdc")
+        assert committed is not None and info is not None
+        assert committed > (info.confirmed_flush_lsn or 0), "Kafka committed nothing past the slot"
+    writer.write(pg_conn, 20)
+    pgcdc.catch_up(pg_conn)
+    verdict = _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
+    assert verdict.distinct >= 40
+
+
+@pytest.mark.usefixtures("ledger")
+def test_kill_9_loop_exactly_once(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                  topic_prefix: str, tmp_path: Path) -> None:
+    seed = int(os.environ.get("PGCDC_SEED", "20261122"))
+    rng = random.Random(seed)
+    writer = Writer(pg_dsn, seed=seed)
+    pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
+                         extra_args=EXACTLY_ONCE)
+    writer.start()
+    try:
+        for _ in range(KILL_CYCLES):
+            pgcdc.start()
+            time.sleep(rng.uniform(2.0, 4.0))  # past start-up, into commits
+            pgcdc.kill()
+    finally:
+        writer.stop()
+    pgcdc.catch_up(pg_conn)
+    verdict = _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
+    committed = read_committed_lsn({"bootstrap.servers": kafka_servers},
+                                   offsets_topic(topic_prefix), "pgcdc")
+    print(f"exactly-once kill -9: {KILL_CYCLES} cycles, seed {seed}, "
+          f"{writer.ledger.transactions} transactions, {verdict.distinct} distinct events, "
+          f"last committed end LSN {committed}")
+    assert writer.ledger.transactions > KILL_CYCLES
+    assert committed is not None
+
+
+@pytest.mark.usefixtures("ledger")
+def test_second_producer_fences_the_first(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                          topic_prefix: str, tmp_path: Path) -> None:
+    """Another producer with the same transactional.id: the running pgcdc stops with a
+    terminal error naming the fencing, and a restart still delivers exactly once."""
+    writer = Writer(pg_dsn, seed=5)
+    writer.write(pg_conn, 10)
+    pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
+                         extra_args=EXACTLY_ONCE)
+    pgcdc.start()
+    deadline = time.monotonic() + 60
+    while read_committed_lsn({"bootstrap.servers": kafka_servers},
+                             offsets_topic(topic_prefix), "pgcdc") is None:
+        assert time.monotonic() < deadline, "pgcdc committed no Kafka transaction in 60 s"
+        time.sleep(0.5)
+    zombie_killer = Producer({"bootstrap.servers": kafka_servers,
+                              "transactional.id": default_transactional_id(topic_prefix,
+                                                                           "pgcdc")})
+    zombie_killer.init_transactions(60)
+    writer.start()
+    try:
+        code, err = pgcdc.wait(timeout=120)
+    finally:
+        writer.stop()
+    assert code == 3, f"pgcdc was not stopped by the fencing ({code}):\n{err}"
+    assert "fenced" in err and "transactional.id" in err, err
+    del zombie_killer
+    pgcdc.catch_up(pg_conn)
+    _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
