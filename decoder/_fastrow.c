@@ -21,6 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 static PyObject *TupleError;
 
@@ -268,11 +269,176 @@ error:
     return NULL;
 }
 
+/* --- Avro binary: the column loop of sinks/avro.py ---------------------------------------
+ *
+ * avro_row(out, row, fields) appends the fields of a Row or Key record, each a union of
+ * null and its type, exactly as sinks/avro.py's writers do (and fastavro's
+ * schemaless_writer): fields is a tuple of (name, kind, writer); the common value types
+ * are written here, anything else goes to the Python writer, which converts it or raises.
+ */
+
+enum { AVRO_BOOLEAN, AVRO_INT, AVRO_LONG, AVRO_FLOAT, AVRO_DOUBLE, AVRO_BYTES, AVRO_STRING };
+
+static int
+append(PyObject *out, const void *data, Py_ssize_t size)
+{
+    Py_ssize_t at = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, at + size) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(out) + at, data, size);
+    return 0;
+}
+
+/* a union branch byte (when not negative), then a zigzagged varint */
+static int
+append_varint(PyObject *out, int branch, uint64_t n)
+{
+    unsigned char buf[11];
+    int size = 0;
+    if (branch >= 0)
+        buf[size++] = (unsigned char)branch;
+    while (n > 0x7F) {
+        buf[size++] = (unsigned char)((n & 0x7F) | 0x80);
+        n >>= 7;
+    }
+    buf[size++] = (unsigned char)n;
+    return append(out, buf, size);
+}
+
+static uint64_t
+zigzag(int64_t value)
+{
+    return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+}
+
+/* 1: written; 0: not the fast case (call the Python writer); -1: error */
+static int
+write_fast(PyObject *out, int kind, PyObject *value)
+{
+    switch (kind) {
+    case AVRO_STRING:
+        if (PyUnicode_CheckExact(value)) {
+            Py_ssize_t size;
+            const char *data = PyUnicode_AsUTF8AndSize(value, &size);
+            if (data == NULL)
+                return -1;
+            if (append_varint(out, 2, (uint64_t)size << 1) < 0 || append(out, data, size) < 0)
+                return -1;
+            return 1;
+        }
+        return 0;
+    case AVRO_LONG:
+    case AVRO_INT:
+        if (PyLong_CheckExact(value)) {
+            int overflow;
+            long long n = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (n == -1 && PyErr_Occurred())
+                return -1;
+            if (overflow || (kind == AVRO_INT && (n < INT32_MIN || n > INT32_MAX)))
+                return 0;
+            return append_varint(out, 2, zigzag(n)) < 0 ? -1 : 1;
+        }
+        return 0;
+    case AVRO_BOOLEAN:
+        if (value == Py_True || value == Py_False)
+            return append(out, value == Py_True ? "\x02\x01" : "\x02\x00", 2) < 0 ? -1 : 1;
+        return 0;
+    case AVRO_DOUBLE:
+        if (PyFloat_CheckExact(value)) {
+            unsigned char buf[9];
+            buf[0] = 2;
+            if (PyFloat_Pack8(PyFloat_AS_DOUBLE(value), (char *)buf + 1, 1) < 0)
+                return -1;
+            return append(out, buf, 9) < 0 ? -1 : 1;
+        }
+        return 0;
+    case AVRO_BYTES:
+        if (PyBytes_CheckExact(value)) {
+            Py_ssize_t size = PyBytes_GET_SIZE(value);
+            if (append_varint(out, 2, (uint64_t)size << 1) < 0
+                || append(out, PyBytes_AS_STRING(value), size) < 0)
+                return -1;
+            return 1;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* avro_row(out: bytearray, row: dict, fields: tuple[(name, kind, writer), ...]) -> None */
+static PyObject *
+avro_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyByteArray_CheckExact(args[0]) || !PyDict_Check(args[1])
+        || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "avro_row(out: bytearray, row: dict, fields: tuple)");
+        return NULL;
+    }
+    PyObject *out = args[0], *row = args[1], *fields = args[2];
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 3) {
+            PyErr_SetString(PyExc_TypeError, "each field is a (name, kind, writer) triple");
+            return NULL;
+        }
+        PyObject *value = PyDict_GetItemWithError(row, PyTuple_GET_ITEM(field, 0));
+        if (value == NULL && PyErr_Occurred())
+            return NULL;
+        if (value == NULL || value == Py_None) {
+            if (append(out, "\x00", 1) < 0)
+                return NULL;
+            continue;
+        }
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 1));
+        if (kind == -1 && PyErr_Occurred())
+            return NULL;
+        int written = write_fast(out, (int)kind, value);
+        if (written < 0)
+            return NULL;
+        if (written == 0) {
+            PyObject *result = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(field, 2), out,
+                                                            value, NULL);
+            if (result == NULL)
+                return NULL;
+            Py_DECREF(result);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* avro_long(out: bytearray, value: int) -> None: a long outside a union */
+static PyObject *
+avro_long(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyByteArray_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "avro_long(out: bytearray, value: int)");
+        return NULL;
+    }
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "%R (type %R) is not an Avro long", args[1],
+                     (PyObject *)Py_TYPE(args[1]));
+        return NULL;
+    }
+    if (append_varint(args[0], -1, zigzag(n)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"tuple_data", (PyCFunction)(void (*)(void))tuple_data, METH_FASTCALL,
      "tuple_data(buf, pos, unchanged) -> (values, end): the TupleData at pos."},
     {"decode_row", (PyCFunction)(void (*)(void))decode_row, METH_FASTCALL,
      "decode_row(buf, pos, columns) -> (row, unchanged_names, end): TupleData as a typed row."},
+    {"avro_row", (PyCFunction)(void (*)(void))avro_row, METH_FASTCALL,
+     "avro_row(out, row, fields): append a Row/Key record's fields in Avro binary."},
+    {"avro_long", (PyCFunction)(void (*)(void))avro_long, METH_FASTCALL,
+     "avro_long(out, value): append an Avro long (zigzag varint)."},
     {NULL, NULL, 0, NULL},
 };
 

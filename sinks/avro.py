@@ -37,6 +37,7 @@ from typing import Any
 import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
+from decoder.tuples import COMPILED
 from sinks.envelope import CONNECTOR, text_of
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -151,7 +152,7 @@ def _varint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
-def _long(out: bytearray, value: int) -> None:
+def py_long(out: bytearray, value: int) -> None:
     """A long outside a union (the envelope's own fields)."""
     if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
         value = _integral(operator.index(value), "long", _LONG_MIN, _LONG_MAX)
@@ -232,13 +233,17 @@ _WRITERS: dict[str, _Writer] = {
     "string": _write_string,
 }
 
-_Fields = tuple[tuple[str, _Writer], ...]
+_KINDS = {kind: code for code, kind in enumerate(
+    ("boolean", "int", "long", "float", "double", "bytes", "string"))}  # as in _fastrow.c
+
+_Fields = tuple[tuple[str, int, _Writer], ...]
+"""Per column: its name, its Avro type's code in ``_KINDS``, and its writer."""
 
 
-def _write_row(out: bytearray, row: dict[str, Any], fields: _Fields) -> None:
+def py_write_row(out: bytearray, row: dict[str, Any], fields: _Fields) -> None:
     """The fields of a ``Row`` or ``Key`` record: a missing or null column is null (0)."""
     get = row.get
-    for name, write in fields:
+    for name, _, write in fields:
         value = get(name)
         if value is None:
             out.append(0)
@@ -247,7 +252,20 @@ def _write_row(out: bytearray, row: dict[str, Any], fields: _Fields) -> None:
 
 
 def _fields(columns: tuple[Column, ...]) -> _Fields:
-    return tuple((c.name, _WRITERS[_PRIMITIVE.get(c.type_name, "string")]) for c in columns)
+    kinds = (_PRIMITIVE.get(c.type_name, "string") for c in columns)
+    return tuple((c.name, _KINDS[kind], _WRITERS[kind])
+                 for c, kind in zip(columns, kinds, strict=True))
+
+
+# The same loops compiled (decoder/_fastrow.c) when built: the column loop and the envelope's
+# longs are most of an event's encoding time.  tests/unit/test_avro.py checks both.
+_write_row: Callable[[bytearray, dict[str, Any], _Fields], None] = py_write_row
+_envelope_long: Callable[[bytearray, int], None] = py_long
+if COMPILED:
+    from decoder import _fastrow
+
+    _write_row = _fastrow.avro_row
+    _envelope_long = _fastrow.avro_long
 
 
 class _Version:
@@ -270,7 +288,7 @@ class _Version:
         self._snapshot = _string("false") + middle
         self._read_snapshot = _string("true") + middle
         table_part = bytearray()
-        _long(table_part, table.oid)
+        _envelope_long(table_part, table.oid)
         self._table = bytes(table_part + _string(table.version))
 
     def head(self, server_name: str) -> bytes:
@@ -299,16 +317,16 @@ class _Version:
                 out.append(2)
                 _write_row(out, row, fields)
         out += self.head(server_name)
-        _long(out, unix_millis(event.commit_time))
+        _envelope_long(out, unix_millis(event.commit_time))
         op = event.op
         out += self._read_snapshot if op == "r" else self._snapshot
-        _long(out, event.xid)
-        _long(out, event.lsn)
-        _long(out, event.commit_lsn)
-        _long(out, event.ordinal)
+        _envelope_long(out, event.xid)
+        _envelope_long(out, event.lsn)
+        _envelope_long(out, event.commit_lsn)
+        _envelope_long(out, event.ordinal)
         out += self._table
         out += _OPS.get(op) or _string(op)
-        _long(out, now_ms)
+        _envelope_long(out, now_ms)
         unchanged = event.unchanged
         if unchanged:
             _varint(out, len(unchanged) << 1)
