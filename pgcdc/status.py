@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import psycopg
 from decoder.lsn import format_lsn
 from decoder.slot import slot_info
 from pgcdc.progress import ProgressStore
-from snapshot_builder.history import HistoryFile
+from snapshot_builder.history import CatalogGapError, CatalogHistory, HistoryFile
 
 
 def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -> dict[str, Any]:
@@ -45,15 +47,48 @@ def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -
     if stored and info and info.confirmed_flush_lsn is not None:
         report["progress_check"] = ("ok" if stored.durable_lsn >= info.confirmed_flush_lsn
                                     else "DATA LOSS: the slot is ahead of stored progress")
-    if (catalog_dir / "catalog.log").exists() or (catalog_dir / "catalog.snapshot").exists():
-        history = HistoryFile(catalog_dir).load()
+    report.update(catalog_report(catalog_dir))
+    return report
+
+
+def catalog_report(catalog_dir: Path) -> dict[str, Any]:
+    """The persisted catalog history and the snapshot builder's state as last saved.
+
+    The pipeline runs in another process: the history is read without touching it
+    (no torn line cut), and the builder's state is the one it saved with the history
+    at its last checkpoint (every state change and compaction)."""
+    report: dict[str, Any] = {}
+    files = HistoryFile(catalog_dir)
+    if files.log_path.exists() or files.snapshot_path.exists():
+        history = _read_history(files)
         report["catalog_version"] = history.latest.version
         report["catalog_lsn"] = format_lsn(history.latest.lsn)
         report["catalog_tables"] = len(history.latest.tables)
+        report["catalog_types"] = len(history.latest.types)
         report["catalog_oldest_version"] = history.base.version
+        report["catalog_oldest_lsn"] = format_lsn(history.base.lsn)
     else:
         report["catalog_version"] = None
+    saved = files.load_state()
+    report["builder_state"] = saved.get("state") if saved else None
+    if saved:
+        if saved.get("running_at_attach"):
+            report["builder_waiting_for"] = saved["running_at_attach"]
+        if isinstance(saved.get("saved_at"), int | float):
+            report["builder_state_saved_at"] = datetime.fromtimestamp(
+                saved["saved_at"], UTC).isoformat(timespec="seconds")
     return report
+
+
+def _read_history(files: HistoryFile) -> CatalogHistory:
+    """A compaction in the running pipeline replaces the snapshot, then the log: read
+    between the two, the log does not follow the snapshot; read again."""
+    for _ in range(2):
+        try:
+            return files.load(read_only=True)
+        except CatalogGapError:
+            time.sleep(0.2)
+    return files.load(read_only=True)
 
 
 def render(report: dict[str, Any]) -> str:

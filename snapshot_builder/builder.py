@@ -26,22 +26,51 @@ States, as in PostgreSQL's snapshot builder:
 * ``CONSISTENT``: the history is exact from here on (a new slot whose baseline
   was read at its consistent point, or a restart with persisted history).
 
+The state, the attach-time running transactions and the catalog version are
+saved with the history (``builder.state`` beside the log, atomically) at every
+state change and every compaction, so ``pgcdc status`` in another process reads
+it, and a restart in FULL_SNAPSHOT resumes in FULL_SNAPSHOT.
+
 ``generation`` rises with every committed catalog change; caches of derived
 objects (row decoders, Avro writers) compare it to drop stale entries.
+
+Types are catalog objects too: a ``put_type`` / ``drop_type`` DDL message goes
+through the same overlay and becomes a version at commit, whether or not a table
+uses the type.
+
+Compaction (:meth:`SnapshotBuilder.compact_below`) is driven by the slot: the
+caller passes the oldest LSN anything may still need (the slot's
+``restart_lsn`` and the durable position, whichever is lower), a
+:class:`RetentionPolicy` keeps more, and the version effective there is kept.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 from decoder.pgoutput import Relation, Type
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import RelationCatalog, TableVersion
+from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.ddl import parse_message
-from snapshot_builder.history import CatalogHistory, DropTable, PutTable
+from snapshot_builder.history import (
+    Catalog,
+    CatalogHistory,
+    Change,
+    DropType,
+    PutTable,
+    PutType,
+)
 
 log = logging.getLogger(__name__)
+
+# commit times are microseconds since 2000-01-01 UTC (PostgreSQL's epoch)
+_PG_EPOCH: Final = 946_684_800
 
 
 class BuilderState(Enum):
@@ -54,48 +83,152 @@ class CatalogMismatchError(TerminalError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What compaction keeps below the horizon, besides the version effective there.
+
+    ``keep_versions``: at least this many of the newest versions; ``keep_bytes``:
+    every version effective within this much WAL below the horizon; ``keep_seconds``:
+    every version committed this recently; ``min_drop``: compact only when at least
+    this many versions go (each compaction rewrites the snapshot).
+    """
+
+    keep_versions: int = 1000
+    keep_bytes: int = 0
+    keep_seconds: float = 0.0
+    min_drop: int = 100
+
+    def __post_init__(self) -> None:
+        if min(self.keep_versions, self.keep_bytes, self.keep_seconds, self.min_drop) < 0:
+            msg = (f"catalog retention must not be negative (keep_versions "
+                   f"{self.keep_versions}, keep_bytes {self.keep_bytes}, keep_seconds "
+                   f"{self.keep_seconds}, min_drop {self.min_drop}): use 0 to keep nothing more")
+            raise ValueError(msg)
+
+
 class SnapshotBuilder:
     def __init__(self, history: CatalogHistory | None = None) -> None:
         self.history = history or CatalogHistory()
         self.relations = RelationCatalog()
         self.state = BuilderState.START
         self.running_at_attach: frozenset[int] = frozenset()
+        self.attach_xmax = 0  # the newest transaction running at attach (64-bit), if known
         self._overlay: dict[int, TableVersion | None] = {}
-        self._pending: list[PutTable | DropTable] = []
+        self._type_overlay: dict[int, TypeVersion | None] = {}
+        self._pending: list[Change] = []
 
     @property
     def generation(self) -> int:
         return self.history.generation
 
+    @property
+    def catalog(self) -> Catalog:
+        """The latest committed catalog: the entry point for every lookup."""
+        return self.history.latest
+
     # --- starting points ------------------------------------------------------------------
 
-    def start_consistent(self, baseline: list[PutTable], lsn: int) -> None:
+    def start_consistent(self, baseline: Sequence[Change], lsn: int) -> None:
         """A new slot: ``baseline`` is the catalog at its consistent point ``lsn``."""
         self._record(baseline, lsn, 0)
-        self.state = BuilderState.CONSISTENT
+        self._set_state(BuilderState.CONSISTENT)
 
     def resume(self) -> None:
-        """A restart with persisted history: exact from where it left off."""
-        self.state = BuilderState.CONSISTENT
+        """A restart with persisted history: the state saved at the last checkpoint
+        (CONSISTENT, or FULL_SNAPSHOT with the transactions still to wait for)."""
+        saved = self.history.file.load_state() if self.history.file is not None else None
+        if saved is not None and saved.get("state") == BuilderState.FULL_SNAPSHOT.value \
+                and saved.get("running_at_attach"):
+            self.running_at_attach = frozenset(int(x) for x in saved["running_at_attach"])
+            self.attach_xmax = int(saved.get("attach_xmax", 0))
+            log.info("resuming in FULL_SNAPSHOT: waiting for %d transactions that were "
+                     "running when pgcdc attached", len(self.running_at_attach))
+            self._set_state(BuilderState.FULL_SNAPSHOT)
+            return
+        self._set_state(BuilderState.CONSISTENT)
 
-    def attach(self, baseline: list[PutTable], lsn: int, running: frozenset[int]) -> None:
+    def attach(self, baseline: Sequence[Change], lsn: int, running: frozenset[int], *,
+               xmax: int = 0) -> None:
         """An existing slot without history: current catalog plus the running transactions."""
         self._record(baseline, lsn, 0)
         self.running_at_attach = running
-        self.state = BuilderState.FULL_SNAPSHOT if running else BuilderState.CONSISTENT
+        self.attach_xmax = xmax or max(running, default=0)
+        self._set_state(BuilderState.FULL_SNAPSHOT if running else BuilderState.CONSISTENT)
 
     def running_finished(self) -> None:
         if self.state is BuilderState.FULL_SNAPSHOT:
             log.info("every transaction running at attach has finished: catalog consistent")
-            self.state = BuilderState.CONSISTENT
             self.running_at_attach = frozenset()
+            self._set_state(BuilderState.CONSISTENT)
 
-    def _record(self, baseline: list[PutTable], lsn: int, commit_time: int) -> None:
-        latest = self.history.latest
+    def _record(self, baseline: Sequence[Change], lsn: int, commit_time: int) -> None:
         for change in baseline:
-            if latest.table(change.table.oid) != change.table:
-                latest = self.history.append(change, lsn=max(lsn, latest.lsn),
-                                             commit_time=commit_time)
+            latest = self.history.latest
+            if isinstance(change, PutTable):
+                same = latest.table(change.table.oid) == change.table
+            elif isinstance(change, PutType):
+                same = latest.types.get(change.type.oid) == change.type
+            else:
+                same = False
+            if not same:
+                self.history.append(change, lsn=max(lsn, latest.lsn), commit_time=commit_time)
+
+    def _set_state(self, state: BuilderState) -> None:
+        self.state = state
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Save the builder's state with the history (atomically; read by ``pgcdc status``
+        and by :meth:`resume`)."""
+        file = self.history.file
+        if file is None:
+            return
+        latest = self.history.latest
+        file.save_state({
+            "state": self.state.value,
+            "running_at_attach": sorted(self.running_at_attach),
+            "attach_xmax": self.attach_xmax,
+            "catalog_version": latest.version,
+            "catalog_lsn": latest.lsn,
+            "generation": self.generation,
+            "saved_at": time.time(),
+        })
+
+    # --- compaction -----------------------------------------------------------------------
+
+    def compact_below(self, horizon_lsn: int, policy: RetentionPolicy | None = None, *,
+                      now: float | None = None) -> int:
+        """Compact the history below ``horizon_lsn``, the oldest LSN anything may still
+        need: the slot's ``restart_lsn`` or the durable (stored) position, whichever is
+        lower.  The version effective at the horizon and every later one stay, and so
+        does what ``policy`` retains; returns how many versions were dropped (0 when
+        fewer than ``policy.min_drop`` would go).  Never before the builder started."""
+        policy = policy or RetentionPolicy()
+        history = self.history
+        if self.state is BuilderState.START or horizon_lsn <= history.base.lsn:
+            return 0
+        cut = horizon_lsn - policy.keep_bytes
+        latest = history.latest.version
+        if policy.keep_versions:
+            oldest_kept = max(history.base.version, latest - policy.keep_versions + 1)
+            cut = min(cut, history.catalog(oldest_kept).lsn)
+        if policy.keep_seconds:
+            now = time.time() if now is None else now
+            since = int((now - _PG_EPOCH - policy.keep_seconds) * 1_000_000)
+            recent = next((e.lsn for e in history.entries() if e.commit_time >= since), None)
+            if recent is not None:
+                cut = min(cut, recent)
+        if cut <= history.base.lsn:
+            return 0
+        keep = history.catalog_at(cut).version
+        if keep - history.base.version < max(1, policy.min_drop):
+            return 0
+        dropped = history.compact(cut)
+        log.info("catalog history compacted: %d versions below LSN %X/%X dropped, versions "
+                 "%d to %d kept", dropped, cut >> 32, cut & 0xFFFFFFFF, history.base.version,
+                 latest)
+        self.checkpoint()
+        return dropped
 
     # --- the stream -----------------------------------------------------------------------
 
@@ -105,6 +238,12 @@ class SnapshotBuilder:
             return self._overlay[oid]
         captured = self.history.latest.table(oid)
         return captured if captured is not None else self.relations.table(oid)
+
+    def type(self, oid: int) -> TypeVersion | None:
+        """The type ``oid`` as the open transaction sees it (captured, or built in)."""
+        if oid in self._type_overlay:
+            return self._type_overlay[oid]
+        return self.history.latest.type(oid)
 
     def on_type(self, message: Type) -> None:
         self.relations.observe_type(message)
@@ -130,13 +269,26 @@ class SnapshotBuilder:
         return captured
 
     def on_ddl(self, content: bytes) -> TableVersion | None:
-        """A captured DDL message inside the open transaction; returns a new definition."""
+        """A captured DDL message inside the open transaction; returns a table's new
+        definition (None for a dropped table and for type changes)."""
         change = parse_message(content)
-        self._pending.append(change)
         if isinstance(change, PutTable):
             self._overlay[change.table.oid] = change.table
+            self._pending.append(change)
             return change.table
-        self._overlay[change.oid] = None
+        if isinstance(change, PutType):
+            self._type_overlay[change.type.oid] = change.type
+            self._pending.append(change)
+            return None
+        latest = self.history.latest
+        if isinstance(change, DropType):
+            if self._type_overlay.get(change.oid, latest.types.get(change.oid)) is not None:
+                self._type_overlay[change.oid] = None
+                self._pending.append(change)
+            return None  # else never captured (a table's row type, say): no version
+        if self._overlay.get(change.oid, latest.table(change.oid)) is not None:
+            self._overlay[change.oid] = None
+            self._pending.append(change)
         return None
 
     def commit(self, commit_lsn: int, commit_time: int) -> None:
@@ -149,3 +301,4 @@ class SnapshotBuilder:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
         self._pending.clear()
         self._overlay.clear()
+        self._type_overlay.clear()

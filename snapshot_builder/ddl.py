@@ -7,12 +7,22 @@ transactional logical message, so catalog changes arrive in the stream at their 
   form of :meth:`TableVersion.to_dict` (columns with type, typmod, key flag as
   pgoutput sets it, NOT NULL, default; replica identity, comment, partition
   parent);
+* ``pgcdc.type_definition(oid) -> jsonb``: a type's full definition, in the
+  form of :meth:`TypeVersion.to_dict` (kind, enum labels, composite attributes,
+  domain base type, typmod, NOT NULL, default and CHECK constraints, array
+  element, range subtype, comment);
 * an event trigger on ``ddl_command_end`` that emits
   ``pg_logical_emit_message(true, 'pgcdc.ddl', {"op": "put", "table": ...})``
   for every table a command created or altered (an index command: its table; a
   type command: every table with a column of that type; a partitioned table:
-  its partitions too);
-* an event trigger on ``sql_drop`` that emits ``{"op": "drop", "oid": ...}``.
+  its partitions too), and ``{"op": "put_type", "type": ...}`` for every type or
+  domain a command created or altered (CREATE / ALTER TYPE and DOMAIN, ALTER
+  TYPE ... ADD / RENAME VALUE, ADD ATTRIBUTE), with its array type, whether or
+  not a table uses it yet;
+* an event trigger on ``sql_drop`` that emits ``{"op": "drop", "oid": ...}`` for
+  a table and ``{"op": "drop_type", "oid": ...}`` for a type or domain.
+
+A table's own row type (and its array) is not a catalog type here: the table is.
 
 Creating event triggers needs a superuser: run ``pgcdc`` once as one, or have
 one run the SQL in :data:`INSTALL_SQL`.  Streaming itself then needs only
@@ -28,7 +38,8 @@ import psycopg
 
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import table_from_dict
-from snapshot_builder.history import Change, DropTable, PutTable
+from snapshot_builder.datatype import type_from_dict
+from snapshot_builder.history import Change, DropTable, DropType, PutTable, PutType
 
 PREFIX: Final = "pgcdc.ddl"
 
@@ -48,6 +59,7 @@ SELECT jsonb_build_object(
     'columns', coalesce((
         SELECT jsonb_agg(jsonb_build_object(
             'name', a.attname,
+            'attnum', a.attnum,
             'type_oid', a.atttypid::bigint,
             'type_name', CASE WHEN t.oid < 16384 THEN t.typname::text
                               ELSE format('%s.%s', tn.nspname, t.typname) END,
@@ -72,6 +84,70 @@ SELECT jsonb_build_object(
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = rel AND c.relkind IN ('r', 'p')
 $$;
+
+CREATE OR REPLACE FUNCTION pgcdc.type_definition(typ oid) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+SELECT jsonb_build_object(
+    'oid', t.oid::bigint,
+    'schema', n.nspname,
+    'name', t.typname,
+    'kind', CASE WHEN t.typtype = 'e' THEN 'enum'
+                 WHEN t.typtype = 'c' THEN 'composite'
+                 WHEN t.typtype = 'd' THEN 'domain'
+                 WHEN t.typtype = 'r' THEN 'range'
+                 WHEN t.typtype = 'm' THEN 'multirange'
+                 WHEN t.typtype = 'p' THEN 'pseudo'
+                 WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN 'array'
+                 ELSE 'base' END,
+    'labels', CASE WHEN t.typtype = 'e' THEN (
+        SELECT jsonb_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+        FROM pg_enum e WHERE e.enumtypid = t.oid) END,
+    'attributes', CASE WHEN t.typtype = 'c' THEN (
+        SELECT jsonb_agg(jsonb_build_object('name', a.attname, 'type_oid', a.atttypid::bigint,
+                                            'typmod', a.atttypmod) ORDER BY a.attnum)
+        FROM pg_attribute a
+        WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped) END,
+    'base_oid', CASE WHEN t.typtype = 'd' THEN t.typbasetype::bigint
+                     WHEN t.typtype = 'r' THEN (SELECT r.rngsubtype::bigint FROM pg_range r
+                                                WHERE r.rngtypid = t.oid)
+                     WHEN t.typtype = 'm' THEN (SELECT r.rngtypid::bigint FROM pg_range r
+                                                WHERE r.rngmultitypid = t.oid)
+                     WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN t.typelem::bigint END,
+    'typmod', t.typtypmod,
+    'not_null', CASE WHEN t.typtype = 'd' THEN t.typnotnull END,
+    'default', t.typdefault,
+    'constraints', CASE WHEN t.typtype = 'd' THEN (
+        SELECT jsonb_agg(pg_get_constraintdef(c.oid) ORDER BY c.conname)
+        FROM pg_constraint c WHERE c.contypid = t.oid) END,
+    'comment', obj_description(t.oid, 'pg_type'))
+FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+WHERE t.oid = typ
+  -- a table's row type is the table, and so is the array of it
+  AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t.typrelid AND c.relkind <> 'c')
+  AND NOT EXISTS (SELECT 1 FROM pg_type e JOIN pg_class c ON c.oid = e.typrelid
+                  WHERE t.typcategory = 'A' AND e.oid = t.typelem AND c.relkind <> 'c')
+$$;
+
+CREATE OR REPLACE FUNCTION pgcdc.emit_type(typ oid) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    definition jsonb := pgcdc.type_definition(typ);
+    arr oid;
+BEGIN
+    IF definition IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
+        jsonb_build_object('op', 'put_type', 'type', definition)::text);
+    SELECT typarray INTO arr FROM pg_type WHERE oid = typ;
+    IF arr IS NOT NULL AND arr <> 0 THEN
+        definition := pgcdc.type_definition(arr);
+        IF definition IS NOT NULL THEN
+            PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
+                jsonb_build_object('op', 'put_type', 'type', definition)::text);
+        END IF;
+    END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION pgcdc.emit_table(rel oid) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -104,7 +180,11 @@ BEGIN
             IF rel IS NOT NULL THEN
                 PERFORM pgcdc.emit_table(rel);
             END IF;
+            -- a composite type's attributes live in pg_class / pg_attribute
+            PERFORM pgcdc.emit_type(c.reltype) FROM pg_class c
+             WHERE c.oid = r.objid AND c.relkind = 'c';
         ELSIF r.classid = 'pg_type'::regclass THEN
+            PERFORM pgcdc.emit_type(r.objid);
             FOR rel IN SELECT DISTINCT a.attrelid FROM pg_attribute a
                        JOIN pg_class c ON c.oid = a.attrelid
                        WHERE a.atttypid = r.objid AND c.relkind IN ('r', 'p')
@@ -124,6 +204,12 @@ BEGIN
              WHERE classid = 'pg_class'::regclass AND object_type = 'table' LOOP
         PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
             jsonb_build_object('op', 'drop', 'oid', r.objid::bigint)::text);
+    END LOOP;
+    -- every dropped type; pgcdc ignores those it never captured (tables' row types)
+    FOR r IN SELECT objid FROM pg_event_trigger_dropped_objects()
+             WHERE classid = 'pg_type'::regclass AND object_type IN ('type', 'domain') LOOP
+        PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
+            jsonb_build_object('op', 'drop_type', 'oid', r.objid::bigint)::text);
     END LOOP;
 END $$;
 
@@ -161,12 +247,27 @@ def install(conn: psycopg.Connection[Any]) -> None:
         raise DdlCaptureError(msg) from exc
 
 
-def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable]:
-    """The current definition of every published table (the history's starting point)."""
+def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable | PutType]:
+    """The history's starting point: every user type (enums, composites, domains, ranges,
+    their arrays) and the current definition of every published table.  A capture
+    installed by an older pgcdc has no ``pgcdc.type_definition``: then tables only."""
+    changes: list[PutTable | PutType] = []
+    row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL")\
+        .fetchone()
+    if row is not None and row[0]:
+        types = conn.execute(
+            "SELECT d FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace, "
+            "LATERAL pgcdc.type_definition(t.oid) d "
+            "WHERE t.oid >= 16384 AND d IS NOT NULL AND n.nspname <> ALL "
+            "(ARRAY['pg_catalog', 'information_schema', 'pgcdc']) "
+            "AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp\\_%%' "
+            "ORDER BY t.oid").fetchall()
+        changes += [PutType(type_from_dict(r[0])) for r in types]
     rows = conn.execute(
         "SELECT pgcdc.table_definition(format('%%I.%%I', schemaname, tablename)::regclass) "
         "FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", (publication,)).fetchall()
-    return [PutTable(table_from_dict(row[0])) for row in rows if row[0] is not None]
+    changes += [PutTable(table_from_dict(row[0])) for row in rows if row[0] is not None]
+    return changes
 
 
 def parse_message(content: bytes) -> Change:
@@ -177,6 +278,10 @@ def parse_message(content: bytes) -> Change:
             return PutTable(table_from_dict(data["table"]))
         if data["op"] == "drop":
             return DropTable(int(data["oid"]))
+        if data["op"] == "put_type":
+            return PutType(type_from_dict(data["type"]))
+        if data["op"] == "drop_type":
+            return DropType(int(data["oid"]))
     except (ValueError, KeyError, TypeError) as exc:
         msg = f"malformed {PREFIX} message ({exc}): {content[:200]!r}"
         raise DdlCaptureError(msg) from exc

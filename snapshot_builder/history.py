@@ -285,6 +285,11 @@ class CatalogHistory:
     def file(self) -> HistoryFile | None:
         return self._file
 
+    def close(self) -> None:
+        """Close the log file, if any (appending reopens it)."""
+        if self._file is not None:
+            self._file.close()
+
     def entries(self, after_version: int | None = None) -> Iterator[Entry]:
         """The held entries, or only those creating versions after ``after_version``."""
         if after_version is None:

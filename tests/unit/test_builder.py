@@ -1,0 +1,165 @@
+"""The snapshot builder without a server: its saved state, types through the overlay, and
+compaction driven by the slot's horizon."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pgcdc.status import catalog_report
+from snapshot_builder.builder import BuilderState, RetentionPolicy, SnapshotBuilder
+from snapshot_builder.catalog import Column, TableVersion
+from snapshot_builder.datatype import TypeVersion
+from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile, PutTable, PutType
+
+
+def _table(oid: int, ncols: int) -> TableVersion:
+    return TableVersion(oid, "public", f"t{oid}", "d",
+                        tuple(Column(f"c{i}", 23, "int4", -1, i == 0) for i in range(ncols)))
+
+
+def _ddl(op: str, **body: object) -> bytes:
+    return json.dumps({"op": op, **body}).encode()
+
+
+def _type_def(oid: int, labels: tuple[str, ...]) -> dict[str, object]:
+    return {"oid": oid, "schema": "public", "name": "mood", "kind": "enum",
+            "labels": list(labels), "base_oid": None, "typmod": -1, "not_null": None,
+            "default": None, "constraints": None, "comment": None, "attributes": None}
+
+
+def test_the_state_is_saved_and_a_restart_resumes_it(tmp_path: Path) -> None:
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.attach([PutTable(_table(1, 1))], 100, frozenset({700, 701}), xmax=(1 << 32) + 701)
+    assert builder.state is BuilderState.FULL_SNAPSHOT
+    report = catalog_report(tmp_path)  # what `pgcdc status` shows from another process
+    assert report["builder_state"] == "full_snapshot"
+    assert report["builder_waiting_for"] == [700, 701] and report["catalog_version"] == 1
+
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume()
+    assert restarted.state is BuilderState.FULL_SNAPSHOT
+    assert restarted.running_at_attach == frozenset({700, 701})
+    assert restarted.attach_xmax == (1 << 32) + 701
+    restarted.running_finished()
+    assert catalog_report(tmp_path)["builder_state"] == "consistent"
+
+    again = SnapshotBuilder(HistoryFile(tmp_path).load())
+    again.resume()
+    assert again.state is BuilderState.CONSISTENT and again.running_at_attach == frozenset()
+
+
+def test_no_saved_state_reads_as_none(tmp_path: Path) -> None:
+    report = catalog_report(tmp_path / "nothing")
+    assert report == {"catalog_version": None, "builder_state": None}
+    assert not (tmp_path / "nothing").exists()  # status creates nothing
+
+
+def test_a_type_change_is_visible_to_its_transaction_then_versioned_at_commit() -> None:
+    builder = SnapshotBuilder()
+    builder.start_consistent([PutType(TypeVersion(16500, "public", "mood", "enum",
+                                                  ("sad", "ok")))], 10)
+    before = builder.history.latest.version
+    assert builder.on_ddl(_ddl("put_type", type=_type_def(16500, ("sad", "ok", "happy")))) \
+        is None
+    seen = builder.type(16500)
+    assert seen is not None and seen.labels == ("sad", "ok", "happy")
+    committed = builder.history.latest.type(16500)
+    assert committed is not None and committed.labels == ("sad", "ok")
+    builder.commit(50, 0)
+    assert builder.history.latest.version == before + 1
+    assert builder.history.type_at(16500, 49) == committed
+    grown = builder.history.type_at(16500, 50)
+    assert grown is not None and grown.labels == ("sad", "ok", "happy")
+
+
+def test_rolled_back_and_uncaptured_type_drops_make_no_version() -> None:
+    builder = SnapshotBuilder()
+    builder.start_consistent([], 10)
+    builder.on_ddl(_ddl("put_type", type=_type_def(16600, ("a",))))
+    builder.rollback()
+    assert builder.type(16600) is None and builder.history.latest.version == 0
+    builder.on_ddl(_ddl("drop_type", oid=16700))  # a table's row type: never captured
+    builder.on_ddl(_ddl("drop", oid=16701))  # nor this table
+    builder.commit(20, 0)
+    assert builder.history.latest.version == 0
+    builder.on_ddl(_ddl("put_type", type=_type_def(16600, ("a",))))
+    builder.on_ddl(_ddl("drop_type", oid=16600))  # created and dropped in one transaction
+    assert builder.type(16600) is None
+    builder.commit(30, 0)
+    assert builder.history.latest.version == 2 and builder.history.latest.type(16600) is None
+
+
+def test_a_repeated_baseline_makes_no_new_version() -> None:
+    builder = SnapshotBuilder()
+    baseline = [PutType(TypeVersion(16500, "public", "mood", "enum", ("a",))),
+                PutTable(_table(1, 2))]
+    builder.start_consistent(baseline, 10)
+    builder.attach(baseline, 20, frozenset())
+    assert builder.history.latest.version == 2 and builder.state is BuilderState.CONSISTENT
+
+
+def _long_history(directory: Path, versions: int) -> SnapshotBuilder:
+    builder = SnapshotBuilder(HistoryFile(directory).load())
+    builder.start_consistent([], 0)
+    for i in range(1, versions + 1):  # version i at LSN 10 * i, committed at second i
+        builder.history.append(PutTable(_table(1 + i % 3, 1 + i % 5)), lsn=10 * i,
+                               commit_time=i * 1_000_000)
+    return builder
+
+
+def test_compaction_keeps_what_the_slot_may_replay_and_the_policy(tmp_path: Path) -> None:
+    builder = _long_history(tmp_path, 300)
+    everything = {lsn: builder.history.catalog_at(lsn) for lsn in range(1995, 3011, 5)}
+    policy = RetentionPolicy(keep_versions=50, min_drop=10)
+    assert builder.compact_below(2005, policy) == 200  # version 200 took effect at 2000
+    history = builder.history
+    assert history.base.version == 200 and history.latest.version == 300
+    for lsn, catalog in everything.items():  # every LSN at or above the horizon answers
+        if lsn >= 2000:
+            assert history.catalog_at(lsn) == catalog
+    with pytest.raises(CatalogError, match="compacted"):
+        history.catalog(199)
+    reloaded = HistoryFile(tmp_path).load()
+    assert (reloaded.base.version, reloaded.latest.version) == (200, 300)
+    assert json.loads((tmp_path / "builder.state").read_text())["catalog_version"] == 300
+
+
+def test_the_policy_keeps_more_than_the_horizon(tmp_path: Path) -> None:
+    builder = _long_history(tmp_path, 300)
+    assert builder.compact_below(2005, RetentionPolicy(keep_versions=150, min_drop=1)) == 151
+    assert builder.history.base.version == 151  # the newest 150 stay: 151 to 300
+    assert builder.compact_below(2005, RetentionPolicy(keep_versions=0, keep_bytes=200,
+                                                       min_drop=1)) == 29
+    assert builder.history.base.version == 180  # effective at 2005 - 200
+    assert builder.compact_below(3000, RetentionPolicy(keep_versions=0, keep_seconds=100,
+                                                       min_drop=1), now=946_684_800 + 300) == 20
+    assert builder.history.base.version == 200  # committed in the last 100 s: 200 on
+
+
+def test_compaction_waits_for_enough_to_drop_and_never_passes_the_horizon(
+        tmp_path: Path) -> None:
+    builder = _long_history(tmp_path, 300)
+    log_size = (tmp_path / "catalog.log").stat().st_size
+    assert builder.compact_below(2005, RetentionPolicy(keep_versions=0, min_drop=500)) == 0
+    assert builder.compact_below(5, RetentionPolicy(keep_versions=0, min_drop=1)) == 0
+    assert (tmp_path / "catalog.log").stat().st_size == log_size  # nothing rewritten
+    assert builder.history.base.version == 0
+    huge = builder.compact_below(10 ** 9, RetentionPolicy(keep_versions=0, min_drop=1))
+    assert huge == 300 and builder.history.base.version == 300  # the latest always stays
+    assert builder.history.latest.table(1) is not None
+
+
+def test_no_compaction_before_the_builder_started() -> None:
+    builder = SnapshotBuilder(CatalogHistory())
+    builder.history.append(PutTable(_table(1, 1)), lsn=10)
+    builder.history.append(PutTable(_table(1, 2)), lsn=20)
+    assert builder.compact_below(100, RetentionPolicy(keep_versions=0, min_drop=1)) == 0
+    assert builder.history.base.version == 0
+
+
+def test_a_negative_retention_names_the_fix() -> None:
+    with pytest.raises(ValueError, match="use 0 to keep nothing more"):
+        RetentionPolicy(keep_versions=-1)
