@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from snapshot_builder.catalog import TableVersion
-from snapshot_builder.history import Catalog, CatalogHistory, PutTable
+from snapshot_builder.datatype import TypeVersion
+from snapshot_builder.history import Catalog, CatalogHistory, Change, DropTable, PutTable, PutType
 
 
 def _describe(table: TableVersion) -> list[str]:
@@ -24,21 +25,49 @@ def _describe(table: TableVersion) -> list[str]:
     return lines
 
 
+def _describe_type(dtype: TypeVersion) -> str:
+    what = [dtype.kind]
+    if dtype.labels:
+        what.append("(" + ", ".join(repr(label) for label in dtype.labels) + ")")
+    if dtype.attributes:
+        what.append("(" + ", ".join(f"{a.name} oid {a.type_oid}" for a in dtype.attributes)
+                    + ")")
+    if dtype.base_oid is not None:
+        what.append(f"of oid {dtype.base_oid}")
+    if dtype.not_null:
+        what.append("not null")
+    what += list(dtype.constraints)
+    if dtype.default is not None:
+        what.append(f"default {dtype.default}")
+    return (f"type {dtype.qualified_name}  oid {dtype.oid}  version {dtype.version}  "
+            + " ".join(what) + (f"  -- {dtype.comment}" if dtype.comment else ""))
+
+
 def show(catalog: Catalog) -> str:
     head = f"catalog version {catalog.version} (effective at LSN {catalog.lsn:X})"
     body = [line for t in sorted(catalog.tables.values(), key=lambda t: t.qualified_name)
             for line in _describe(t)]
-    return "\n".join([head, *body])
+    types = [_describe_type(t) for t in sorted(catalog.types.values(),
+                                                key=lambda t: t.qualified_name)]
+    return "\n".join([head, *body, *types])
+
+
+def _change_line(change: Change) -> str:
+    if isinstance(change, PutTable):
+        return (f"put {change.table.qualified_name} (oid {change.table.oid}) "
+                f"version {change.table.version}")
+    if isinstance(change, PutType):
+        return (f"put type {change.type.qualified_name} (oid {change.type.oid}, "
+                f"{change.type.kind}) version {change.type.version}")
+    if isinstance(change, DropTable):
+        return f"drop oid {change.oid}"
+    return f"drop type oid {change.oid}"
 
 
 def history_lines(history: CatalogHistory) -> str:
     lines = [f"versions {history.base.version} to {history.latest.version}"]
     for entry in history.entries():
-        change = entry.change
-        what = (f"put {change.table.qualified_name} (oid {change.table.oid}) "
-                f"version {change.table.version}" if isinstance(change, PutTable)
-                else f"drop oid {change.oid}")
-        lines.append(f"{entry.version:>6}  lsn {entry.lsn:X}  {what}")
+        lines.append(f"{entry.version:>6}  lsn {entry.lsn:X}  {_change_line(entry.change)}")
     return "\n".join(lines)
 
 
@@ -66,4 +95,23 @@ def diff(before: Catalog, after: Catalog) -> str:
                 if old_cols[name] != new_cols[name]:
                     lines.append(f"    ~ column {name}: {old_cols[name].type_name} -> "
                                  f"{new_cols[name].type_name}")
+    for oid in sorted(set(before.types) | set(after.types)):
+        was, now = before.types.get(oid), after.types.get(oid)
+        if was == now:
+            continue
+        if was is None and now is not None:
+            lines.append(f"+ type {now.qualified_name} (oid {oid}) created")
+        elif now is None and was is not None:
+            lines.append(f"- type {was.qualified_name} (oid {oid}) dropped")
+        elif was is not None and now is not None:
+            lines.append(f"~ type {now.qualified_name} (oid {oid}) {was.version} -> "
+                         f"{now.version}")
+            if was.qualified_name != now.qualified_name:
+                lines.append(f"    renamed from {was.qualified_name}")
+            for label in now.labels:
+                if label not in was.labels:
+                    lines.append(f"    + label {label!r}")
+            for label in was.labels:
+                if label not in now.labels:
+                    lines.append(f"    - label {label!r}")
     return "\n".join(lines)

@@ -216,3 +216,74 @@ def test_catalog_rebuilt_from_kafka_equals_the_builders(
     probes = set(lsns) | {e.lsn for e in own.entries()} | {e.lsn - 1 for e in own.entries()}
     for lsn in sorted(p for p in probes if p >= own.base.lsn):
         assert rebuilt.catalog_at(lsn) == own.catalog_at(lsn), lsn
+
+
+def _type_oid(conn: Conn, name: str) -> int:
+    row = conn.execute("SELECT %s::regtype::oid::bigint", (name,)).fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+def test_types_are_catalog_objects_versioned_even_when_unused(
+        pg_conn: Conn, pg_dsn: str, tmp_path: Path) -> None:
+    from pgcdc.status import status_report
+
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, m mood)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"], catalog_dir=tmp_path / "catalog")
+    mood = _type_oid(pg_conn, "mood")
+    baseline = pipeline.builder.history.latest.type(mood)
+    assert baseline is not None and baseline.labels == ("sad", "ok")  # read at the start
+    array = pipeline.builder.history.latest.type(_type_oid(pg_conn, "mood[]"))
+    assert array is not None and array.kind == "array" and array.base_oid == mood
+
+    lsns = [current_wal_lsn(pg_conn)]
+    statements = [
+        "ALTER TYPE mood ADD VALUE 'happy'",
+        "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'",
+        "CREATE DOMAIN positive AS int NOT NULL CHECK (VALUE > 0)",
+        "CREATE TYPE pair AS (a int, b text)",
+        "ALTER TYPE pair ADD ATTRIBUTE c bool",
+        "CREATE TYPE floatrange AS RANGE (subtype = float8)",
+        "ALTER TYPE pair RENAME TO couple",
+        "DROP TYPE couple",
+    ]
+    for statement in statements:
+        pg_conn.execute(statement)
+        lsns.append(current_wal_lsn(pg_conn))
+    positive, floatrange = _type_oid(pg_conn, "positive"), _type_oid(pg_conn, "floatrange")
+    pg_conn.execute("INSERT INTO t VALUES (1, 'happy')")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    history = pipeline.builder.history
+
+    def at(oid: int, step: int) -> object:
+        return history.type_at(oid, lsns[step])
+
+    labels = [getattr(at(mood, i), "labels", None) for i in range(3)]
+    assert labels == [("sad", "ok"), ("sad", "ok", "happy"), ("blue", "ok", "happy")]
+    domain = history.type_at(positive, lsns[3])
+    assert domain is not None and domain.kind == "domain" and domain.base_oid == 23
+    assert domain.not_null is True and domain.constraints == ("CHECK ((VALUE > 0))",)
+    assert at(positive, 2) is None  # not yet created
+    pair_oid = next(t.oid for t in history.catalog_at(lsns[4]).types.values()
+                    if t.name == "pair")
+    pair, grown = history.type_at(pair_oid, lsns[4]), history.type_at(pair_oid, lsns[5])
+    assert pair is not None and [a.name for a in pair.attributes] == ["a", "b"]
+    assert grown is not None and [a.name for a in grown.attributes] == ["a", "b", "c"]
+    renamed = history.type_at(pair_oid, lsns[7])
+    assert renamed is not None and renamed.name == "couple"  # a rename keeps identity
+    assert history.type_at(pair_oid, lsns[8]) is None  # dropped
+    ranged = history.type_at(floatrange, lsns[6])
+    assert ranged is not None and ranged.kind == "range" and ranged.base_oid == 701
+    assert history.latest.type(_type_oid(pg_conn, "int4")) is not None  # built-in, one API
+    (event,) = sink.events
+    column = event.table.columns[1]
+    described = history.catalog_at(event.commit_lsn).column_type(column)
+    assert described is not None and described.labels == ("blue", "ok", "happy")
+    assert not any(t.name == "t" for t in history.latest.types.values())  # a row type isn't
+
+    report = status_report(pg_dsn, "pgcdc", tmp_path / "progress.json", tmp_path / "catalog")
+    assert report["builder_state"] == "consistent"
+    assert report["catalog_version"] == history.latest.version
+    assert report["catalog_types"] == len(history.latest.types) >= 5

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+
 from decoder.pgoutput import Relation, RelationColumn, Type
+from pgcdc import catalog_view
 from snapshot_builder.catalog import RelationCatalog
+from snapshot_builder.datatype import TypeDefinitionError, TypeVersion, builtin_type, type_from_dict
+from snapshot_builder.history import HistoryFile
 
 COLS = (RelationColumn(1, "id", 23, -1), RelationColumn(0, "v", 25, -1))
 
@@ -55,3 +63,30 @@ def test_type_messages_name_custom_types() -> None:
     table, _ = catalog.observe(_rel(cols=(COLS[0], RelationColumn(0, "m", 90001, -1))))
     assert [c.type_name for c in table.columns] == ["int4", "public.mood"]
     assert [c.name for c in table.key_columns] == ["id"]
+
+
+def test_catalog_view_shows_types(tmp_path: Path) -> None:
+    shutil.copytree(Path(__file__).parent.parent / "golden" / "catalog_v2", tmp_path / "g")
+    history = HistoryFile(tmp_path / "g").load(read_only=True)
+    lines = catalog_view.history_lines(history).splitlines()
+    assert lines[1].endswith("put type public.mood (oid 16500, enum) version 42c496ac1191")
+    assert lines[-1].endswith("drop type oid 16520")
+    shown = catalog_view.show(history.latest)
+    assert "enum ('sad', 'ok', 'happy')" in shown and "point2" not in shown
+    changed = catalog_view.diff(history.base, history.latest).splitlines()
+    assert "    + label 'happy'" in changed
+    assert "+ type public.positive (oid 16510) created" in changed
+
+
+def test_type_versions_follow_the_definition() -> None:
+    mood = TypeVersion(16500, "public", "mood", "enum", ("a", "b"))
+    assert mood.version == TypeVersion(16500, "public", "mood", "enum", ("a", "b")).version
+    assert mood.version != TypeVersion(16500, "public", "mood", "enum", ("a", "c")).version
+    assert type_from_dict(mood.to_dict()) == mood
+    with pytest.raises(TypeDefinitionError, match="unknown kind"):
+        TypeVersion(1, "public", "x", "table")
+    with pytest.raises(TypeDefinitionError, match="edited or damaged"):
+        type_from_dict({**mood.to_dict(), "labels": ["a"]})
+    array = builtin_type(1007)
+    assert array is not None and (array.kind, array.base_oid, array.name) == ("array", 23, "_int4")
+    assert builtin_type(16500) is None
