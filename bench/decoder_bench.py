@@ -716,7 +716,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "or what pgcdc negotiates by itself")
     parser.add_argument("--kafka-format", choices=["avro", "json"],
                         help="value format of the Kafka sink in (c) (default: the sink's own)")
-    parser.add_argument("--profile", metavar="PATH",
+    parser.add_argument("--profile", metavar="PATH",  # (b), or (c) when (b) is not run
                         help="profile (b), save the profile to PATH and print a summary")
     parser.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile",
                         help="for --profile: cProfile (default) or pyinstrument (pip install "
@@ -768,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         setup.options = consumer_options(args.protocol, server_version)
         log.info("pgoutput options of every consumer: %s", setup.options)
         results: list[Result] = []
+        profiled = "b" if "b" in args.keys else "c"
         for key in args.keys:
             if key == "a":
                 result = measure_recvlogical(server, setup, workload)
@@ -775,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure_pgcdc(
                     key, server, setup, workload, protocol=args.protocol,
                     bootstrap_servers=bootstrap, kafka_format=args.kafka_format,
-                    profile=args.profile if key == "b" else None, profiler=args.profiler,
+                    profile=args.profile if key == profiled else None, profiler=args.profiler,
                     timeout=args.timeout)
             result.decoded_mb, result.spilled_mb, result.streamed_mb = slot_stats(
                 server.dsn(), SLOTS[key])

@@ -27,6 +27,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -146,9 +147,13 @@ class KafkaSink:
         self._producer_config = config
         self._producer = Producer(config)
         self._tracker = AckTracker()
+        self._on_delivery: Callable[[KafkaError | None, object], None] | None = None
+        self._on_delivery_handle: object = None
         self._topics: set[str] = set()
         self._published: set[tuple[int, str]] = set()
         self._table_topics: dict[int, str] = {}
+        # the headers of each table version's events, by the id of its TableVersion
+        self._headers: dict[int, tuple[TableVersion, list[tuple[str, str | bytes | None]]]] = {}
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
@@ -202,8 +207,12 @@ class KafkaSink:
             self._count_in_transaction(event, topic, now_ms)
         key = self.encoder.key(event)
         value = self.encoder.value(event, server_name=self.prefix, now_ms=now_ms)
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("pgcdc.table_version", event.table.version.encode()), self._format_header]
+        table = event.table
+        cached = self._headers.get(id(table))
+        if cached is None or cached[0] is not table:  # (the entry keeps its id from reuse)
+            cached = self._headers[id(table)] = (table, [
+                ("pgcdc.table_version", table.version.encode()), self._format_header])
+        headers = cached[1]
         self._produce(topic, key, value, headers)
         if event.op == "d" and self.tombstones:
             self._produce(topic, key, None, headers)  # lets a compacted topic drop the key
@@ -222,16 +231,20 @@ class KafkaSink:
     def _produce(self, topic: str, key: bytes, value: bytes | None,
                  headers: list[tuple[str, str | bytes | None]]) -> None:
         handle = self._tracker.sent()
-        tracker = self._tracker
+        delivered = self._on_delivery
+        if delivered is None or self._on_delivery_handle is not handle:
+            # one callback per source transaction (a handle), not one per message
+            tracker = self._tracker
 
-        def delivered(err: KafkaError | None, _msg: object) -> None:
-            if err is None:
-                failpoints.hit("before_delivery_ack")
-                tracker.acked(handle)
-                failpoints.hit("after_delivery_ack")
-            else:
-                tracker.failed(KafkaException(err))
+            def delivered(err: KafkaError | None, _msg: object) -> None:
+                if err is None:
+                    failpoints.hit("before_delivery_ack")
+                    tracker.acked(handle)
+                    failpoints.hit("after_delivery_ack")
+                else:
+                    tracker.failed(KafkaException(err))
 
+            self._on_delivery, self._on_delivery_handle = delivered, handle
         while True:
             try:
                 self._producer.produce(topic, key=key, value=value, headers=headers,
@@ -304,6 +317,8 @@ class KafkaSink:
         self._producer.flush(5)
         self._producer = Producer(self._producer_config)
         self._tracker = AckTracker()
+        self._on_delivery = None
+        self._on_delivery_handle = None
         log.warning("kafka producer recreated; resending from the durable position")
 
     def close(self) -> None:
