@@ -292,8 +292,28 @@ class SnapshotBuilder:
         return None
 
     def commit(self, commit_lsn: int, commit_time: int) -> None:
-        """The open transaction committed: its DDL becomes global versions (persisted)."""
-        for change in self._pending:
+        """The open transaction committed: its DDL becomes global versions (persisted).
+
+        A transaction the slot sends again after a restart (its versions were persisted,
+        the crash came before the flush) finds them recorded: nothing is appended twice,
+        and what a crash between two appends left out is appended now."""
+        pending = self._pending
+        if pending:
+            recorded = [e.change for e in self.history.entries_at(commit_lsn)]
+            if recorded or commit_lsn < self.history.latest.lsn:
+                if recorded != pending[:len(recorded)]:
+                    msg = (f"the transaction committed at LSN {commit_lsn:X} changes the "
+                           f"catalog, but the history holds {len(recorded)} other changes "
+                           f"at that LSN (latest version {self.history.latest.version} at "
+                           f"{self.history.latest.lsn:X}): the catalog history belongs to "
+                           "another slot or database; use the catalog folder of this slot, "
+                           "or remove it to rebuild the catalog")
+                    raise CatalogMismatchError(msg)
+                log.info("transaction committed at %X/%X sent again: %d of its %d catalog "
+                         "changes already recorded", commit_lsn >> 32,
+                         commit_lsn & 0xFFFFFFFF, len(recorded), len(pending))
+                pending = pending[len(recorded):]
+        for change in pending:
             self.history.append(change, lsn=commit_lsn, commit_time=commit_time)
         self.rollback()
 

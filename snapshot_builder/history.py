@@ -297,6 +297,12 @@ class CatalogHistory:
         start = max(0, after_version - self._base.version)
         return iter(self._entries[start:])
 
+    def entries_at(self, lsn: int) -> list[Entry]:
+        """The held entries effective exactly at ``lsn`` (one committed transaction's)."""
+        lo = bisect.bisect_left(self._lsns, lsn, 1)
+        hi = bisect.bisect_right(self._lsns, lsn, 1)
+        return self._entries[lo - 1:hi - 1]
+
     def append(self, change: Change, *, lsn: int, commit_time: int = 0,
                expected_version: int | None = None) -> Catalog:
         """Record a committed change; returns the new version."""

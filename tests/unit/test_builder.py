@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from pgcdc.status import catalog_report
-from snapshot_builder.builder import BuilderState, RetentionPolicy, SnapshotBuilder
+from snapshot_builder.builder import (
+    BuilderState,
+    CatalogMismatchError,
+    RetentionPolicy,
+    SnapshotBuilder,
+)
 from snapshot_builder.catalog import Column, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile, PutTable, PutType
@@ -163,3 +168,54 @@ def test_no_compaction_before_the_builder_started() -> None:
 def test_a_negative_retention_names_the_fix() -> None:
     with pytest.raises(ValueError, match="use 0 to keep nothing more"):
         RetentionPolicy(keep_versions=-1)
+
+
+def _put(oid: int, ncols: int) -> bytes:
+    return _ddl("put", table=_table(oid, ncols).to_dict())
+
+
+def test_a_transaction_sent_again_after_a_restart_is_not_recorded_twice(
+        tmp_path: Path) -> None:
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([], 10)
+    builder.on_ddl(_put(1, 1))
+    builder.on_ddl(_put(1, 2))
+    builder.commit(100, 0)
+    builder.on_ddl(_put(2, 1))
+    builder.commit(200, 0)
+    assert builder.history.latest.version == 3
+    # a crash after the history was persisted, before the flush: the slot sends both again
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume()
+    restarted.on_ddl(_put(1, 1))
+    restarted.on_ddl(_put(1, 2))
+    restarted.commit(100, 0)
+    restarted.on_ddl(_put(2, 1))
+    restarted.commit(200, 0)
+    assert restarted.history.latest.version == 3
+    restarted.on_ddl(_put(3, 1))
+    restarted.commit(300, 0)  # then new ones as usual
+    assert restarted.history.latest.version == 4
+
+
+def test_a_crash_between_two_appends_completes_the_transaction(tmp_path: Path) -> None:
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([], 10)
+    builder.history.append(PutTable(_table(1, 1)), lsn=100)  # the first of two, then a crash
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume()
+    restarted.on_ddl(_put(1, 1))
+    restarted.on_ddl(_put(1, 2))
+    restarted.commit(100, 0)
+    assert restarted.history.latest.version == 2
+    assert restarted.history.table_at(1, 100) == _table(1, 2)
+
+
+def test_a_history_of_another_slot_is_an_error() -> None:
+    builder = SnapshotBuilder()
+    builder.start_consistent([], 10)
+    builder.on_ddl(_put(1, 1))
+    builder.commit(100, 0)
+    builder.on_ddl(_put(1, 3))
+    with pytest.raises(CatalogMismatchError, match="another slot"):
+        builder.commit(100, 0)
