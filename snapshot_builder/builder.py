@@ -116,6 +116,7 @@ class SnapshotBuilder:
         self._overlay: dict[int, TableVersion | None] = {}
         self._type_overlay: dict[int, TypeVersion | None] = {}
         self._pending: list[Change] = []
+        self._view: Catalog | None = None  # set while replaying below the latest version
 
     @property
     def generation(self) -> int:
@@ -123,8 +124,11 @@ class SnapshotBuilder:
 
     @property
     def catalog(self) -> Catalog:
-        """The latest committed catalog: the entry point for every lookup."""
-        return self.history.latest
+        """The committed catalog the stream is at: the entry point for every lookup.
+
+        The latest version, except while the slot sends again what came after the
+        position a restart resumed from: then the version effective there."""
+        return self._view if self._view is not None else self.history.latest
 
     # --- starting points ------------------------------------------------------------------
 
@@ -133,9 +137,18 @@ class SnapshotBuilder:
         self._record(baseline, lsn, 0)
         self._set_state(BuilderState.CONSISTENT)
 
-    def resume(self) -> None:
+    def resume(self, lsn: int | None = None) -> None:
         """A restart with persisted history: the state saved at the last checkpoint
-        (CONSISTENT, or FULL_SNAPSHOT with the transactions still to wait for)."""
+        (CONSISTENT, or FULL_SNAPSHOT with the transactions still to wait for).
+
+        ``lsn``: where the slot resumes (its confirmed flush position).  Transactions
+        after it whose catalog changes were already persisted come again; they decode
+        with the catalog as it was at their place, not with the latest."""
+        if lsn is not None and lsn < self.history.latest.lsn:
+            self._view = self.history.catalog_at(lsn)  # an error if compacted past it
+            log.info("resuming at %X/%X, below catalog version %d: catalog version %d until "
+                     "the stream catches up", lsn >> 32, lsn & 0xFFFFFFFF,
+                     self.history.latest.version, self._view.version)
         saved = self.history.file.load_state() if self.history.file is not None else None
         if saved is not None and saved.get("state") == BuilderState.FULL_SNAPSHOT.value \
                 and saved.get("running_at_attach"):
@@ -236,14 +249,14 @@ class SnapshotBuilder:
         """The definition that decodes the next change of ``oid`` in the open transaction."""
         if oid in self._overlay:
             return self._overlay[oid]
-        captured = self.history.latest.table(oid)
+        captured = self.catalog.table(oid)
         return captured if captured is not None else self.relations.table(oid)
 
     def type(self, oid: int) -> TypeVersion | None:
         """The type ``oid`` as the open transaction sees it (captured, or built in)."""
         if oid in self._type_overlay:
             return self._type_overlay[oid]
-        return self.history.latest.type(oid)
+        return self.catalog.type(oid)
 
     def on_type(self, message: Type) -> None:
         self.relations.observe_type(message)
@@ -252,7 +265,7 @@ class SnapshotBuilder:
         """The table version a Relation message announces, checked against captured DDL."""
         described, _ = self.relations.observe(message)
         captured = self._overlay.get(message.oid) if message.oid in self._overlay \
-            else self.history.latest.table(message.oid)
+            else self.catalog.table(message.oid)
         if captured is None:
             return described
         if not captured.same_layout(described):
@@ -280,7 +293,7 @@ class SnapshotBuilder:
             self._type_overlay[change.type.oid] = change.type
             self._pending.append(change)
             return None
-        latest = self.history.latest
+        latest = self.catalog
         if isinstance(change, DropType):
             if self._type_overlay.get(change.oid, latest.types.get(change.oid)) is not None:
                 self._type_overlay[change.oid] = None
@@ -315,6 +328,9 @@ class SnapshotBuilder:
                 pending = pending[len(recorded):]
         for change in pending:
             self.history.append(change, lsn=commit_lsn, commit_time=commit_time)
+        if self._view is not None:  # replaying: the stream is now at commit_lsn
+            caught_up = commit_lsn >= self.history.latest.lsn
+            self._view = None if caught_up else self.history.catalog_at(commit_lsn)
         self.rollback()
 
     def rollback(self) -> None:

@@ -219,3 +219,23 @@ def test_a_history_of_another_slot_is_an_error() -> None:
     builder.on_ddl(_put(1, 3))
     with pytest.raises(CatalogMismatchError, match="another slot"):
         builder.commit(100, 0)
+
+
+def test_resuming_below_the_latest_version_decodes_with_the_catalog_of_that_place(
+        tmp_path: Path) -> None:
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([PutTable(_table(1, 1))], 10)
+    for lsn, ncols in ((100, 2), (200, 3)):
+        builder.on_ddl(_put(1, ncols))
+        builder.commit(lsn, 0)
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume(50)  # the slot's position: both DDL transactions come again
+    assert restarted.table(1) == _table(1, 1)
+    restarted.commit(60, 0)  # a transaction without DDL
+    assert restarted.table(1) == _table(1, 1)
+    restarted.on_ddl(_put(1, 2))
+    restarted.commit(100, 0)
+    assert restarted.table(1) == _table(1, 2) and restarted.catalog.version == 2
+    restarted.on_ddl(_put(1, 3))
+    restarted.commit(200, 0)
+    assert restarted.catalog is restarted.history.latest and restarted.catalog.version == 3
