@@ -100,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds between heartbeats written into the WAL "
                           "(pg_logical_emit_message) and read back through the slot "
                           "(default 0: off)")
+    run.add_argument("--receive-timeout", type=float,
+                     help="seconds without a message from the server after which the "
+                          "replication connection counts as dead and is reconnected (like "
+                          "wal_receiver_timeout; default 60, 0: never)")
 
     snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
                                                "every published table as read events, and exit "
@@ -354,7 +358,8 @@ def _run(settings: Settings) -> int:
         status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes,
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
-        heartbeat_interval=service.heartbeat_interval), sink)
+        heartbeat_interval=service.heartbeat_interval,
+        receive_timeout=settings.source.receive_timeout), sink)
     metrics = None
     if service.metrics_port is not None:
         try:

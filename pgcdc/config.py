@@ -98,6 +98,8 @@ class SourceSettings(_Section):
     slot: str = Field(default="pgcdc", min_length=1)
     publication: str = Field(default="pgcdc", min_length=1)
     tables: list[str] | None = None
+    # seconds of silence after which the replication connection is dead; 0: never
+    receive_timeout: float = Field(default=60.0, ge=0)
 
     _tables = field_validator("tables", mode="before")(_split_tables)
 
@@ -286,6 +288,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("source", "slot"), "slot", "SLOT"),
     _Key(("source", "publication"), "publication", "PUBLICATION"),
     _Key(("source", "tables"), "tables", "TABLES"),
+    _Key(("source", "receive_timeout"), "receive_timeout", "RECEIVE_TIMEOUT"),
     _Key(("sink", "kind"), "sink", "SINK"),
     _Key(("sink", "bootstrap_servers"), "bootstrap_servers", "BOOTSTRAP_SERVERS"),
     _Key(("sink", "topic_prefix"), "topic_prefix", "TOPIC_PREFIX"),

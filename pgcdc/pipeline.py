@@ -97,6 +97,9 @@ class PipelineConfig:
     sample_lag: bool = False  # sample the lag even without a limit (for metrics)
     # seconds between heartbeats written into the WAL (pgcdc/acknowledgement.py); 0: off
     heartbeat_interval: float = 0.0
+    # a replication connection silent this long is dead (PostgreSQL's wal_receiver_timeout);
+    # after half of it, pgcdc asks the server for a keepalive; 0: never
+    receive_timeout: float = 60.0
 
 
 @dataclass
@@ -169,6 +172,7 @@ class Pipeline:
         self._attach_xmax = 0
         self._catalog_published = -1  # every history entry goes to the sink once per run
         self._live: ReplicationConnection | None = None  # the session's stream
+        self._last_ping = 0.0  # the last keepalive request of a silent connection
         # the flush position and the status updates that carry it
         self._acks = Acknowledger(config, sink, self.progress, self._store, self._connection)
 
@@ -192,7 +196,10 @@ class Pipeline:
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
             self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
         self._two_phase = info.two_phase
-        self._acks.start(info.confirmed_flush_lsn or 0)
+        # Crash recovery restores a slot as its last checkpoint saved it, so the slot may
+        # be behind what pgcdc stored (never ahead: check_against_slot); streaming starts
+        # from the stored position, and the server skips what committed before it.
+        self._acks.start(max(info.confirmed_flush_lsn or 0, self._acks.stored))
 
     def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,
                        lsn: int) -> None:
@@ -292,10 +299,16 @@ class Pipeline:
                          self._options(stream.server_version))
             self.progress.streaming = True
             last_report = 0.0
+            heard = time.monotonic()
             while not stop.is_set():
                 # A batch at a time: polling the sink and the status clock once per batch.
                 received = self.progress.received_lsn
-                for message in stream.read_batch(timeout=0.1):
+                batch = stream.read_batch(timeout=0.1)
+                if batch:
+                    heard = time.monotonic()
+                else:
+                    self._check_silence(stream, heard)
+                for message in batch:
                     received = max(received, message.wal_end)
                     if isinstance(message, XLogData):
                         self._on_data(message)
@@ -322,6 +335,24 @@ class Pipeline:
             if self._catalog_conn is not None:
                 self._catalog_conn.close()
                 self._catalog_conn = None
+
+    def _check_silence(self, stream: ReplicationConnection, heard: float) -> None:
+        """Notice a replication connection that died without a reset (a firewall or NAT
+        forgot the flow): after half of ``receive_timeout`` without a message, ask for a
+        keepalive; after all of it, the connection is lost (and reconnected)."""
+        timeout = self.config.receive_timeout
+        silent = time.monotonic() - heard
+        if timeout <= 0 or silent < timeout / 2:
+            return
+        if silent >= timeout:
+            msg = (f"no message from the server for {silent:.0f} s (receive_timeout); "
+                   "the connection is considered dead")
+            raise ConnectionLostError(msg)
+        now = time.monotonic()
+        if now - self._last_ping >= 1.0:
+            self._last_ping = now
+            flushed = self._acks.flushed  # already confirmed: a ping claims nothing new
+            stream.send_status(self.progress.received_lsn, flushed, flushed, reply=True)
 
     def _session_settings(self) -> dict[str, str]:
         if self.config.decoding_work_mem:
