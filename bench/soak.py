@@ -40,8 +40,8 @@ From the repository root::
 
 It prints a JSON summary; the exit status is 1 if anything was lost, the lag did not come
 back after a restart or at the end (or exceeded ``--max-lag-mib``), or pgcdc stopped by
-itself; 0 otherwise.  A memory trend is reported (``rss_slope_mib_per_hour``), not judged
-by the exit status.
+itself; 0 otherwise.  The memory trend is reported (``rss_mib``: the slope over the second
+half, and the slope between restarts), not judged by the exit status.
 """
 
 from __future__ import annotations
@@ -287,6 +287,14 @@ class SoakPgcdc:
                 return int(line.split()[1]) / 1024
         return None
 
+    def cpu_seconds(self) -> float | None:
+        """User and system CPU time of the running pgcdc process (``/proc/<pid>/stat``)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def metrics(self) -> dict[str, float]:
         """Events written to the sink and reconnects, from ``/metrics``; {} if unreachable."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -394,6 +402,8 @@ class Recovery:
     catch_up_s: float | None  # service back .. slot confirmed everything written until then
     recover_s: float | None  # fault began .. slot confirmed (None: not within the timeout)
     lag_bytes_at_up: int | None = None  # the slot's lag when the service was back
+    rss_before_mib: float | None = None  # pgcdc's resident set as the fault began
+    rss_after_mib: float | None = None  # ... and once it had caught up
 
 
 def inject(kind: str, server: PostgresServer, broker: KafkaBroker, load: Load) -> None:
@@ -432,6 +442,7 @@ def run_fault(kind: str, server: PostgresServer, broker: KafkaBroker, load: Load
     log.info("fault %s", kind)
     sampler.fault = kind
     source = _Source(server.dsn())
+    rss_before = pgcdc.rss_mib()
     try:
         began = time.monotonic()
         inject(kind, server, broker, load)
@@ -443,7 +454,8 @@ def run_fault(kind: str, server: PostgresServer, broker: KafkaBroker, load: Load
                 break
             time.sleep(0.25)
         if slot is None:
-            return Recovery(kind, round(began - sampler.t0, 1), round(up - began, 2), None, None)
+            return Recovery(kind, round(began - sampler.t0, 1), round(up - began, 2), None, None,
+                            rss_before_mib=rss_before)
         target = slot[0]
         lag_at_up = None if slot[1] is None else max(0, slot[0] - slot[1])
         catch_up = wait_confirmed(source, target, timeout, pgcdc.check_alive)
@@ -452,7 +464,8 @@ def run_fault(kind: str, server: PostgresServer, broker: KafkaBroker, load: Load
                  "NOT within the timeout" if catch_up is None else f"{catch_up:.1f}")
         return Recovery(kind, round(began - sampler.t0, 1), round(up - began, 2),
                         None if catch_up is None else round(catch_up, 2),
-                        None if catch_up is None else round(done - began, 2), lag_at_up)
+                        None if catch_up is None else round(done - began, 2), lag_at_up,
+                        _round(rss_before), _round(pgcdc.rss_mib()))
     finally:
         sampler.fault = None
         source.close()
@@ -514,6 +527,7 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                                             pgcdc.check_alive)
             sampler.stop()
             final_metrics = pgcdc.metrics()
+            final_metrics["cpu_s"] = pgcdc.cpu_seconds() or 0.0
             exit_code = pgcdc.stop()
         finally:
             load.stop()
@@ -577,11 +591,36 @@ def check(dsn: str, servers: str, schemas: list[str], load: Load) -> dict[str, A
     return out
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    """The least-squares slope of (seconds, MiB) points, in MiB per hour."""
     if len(points) < 3:
         return None
     xs, ys = zip(*points, strict=True)
     return statistics.linear_regression([x / 3600 for x in xs], ys).slope
+
+
+def _slope_between_restarts(samples: list[Sample]) -> float | None:
+    """One least-squares slope (MiB per hour) fitted to every stretch between two restarts,
+    each stretch with its own level: the trend without the steps a restart makes."""
+    segments: list[list[tuple[float, float]]] = [[]]
+    for sample in samples:
+        if sample.fault is not None:
+            segments.append([])
+        elif sample.rss_mib is not None:
+            segments[-1].append((sample.t / 3600, sample.rss_mib))
+    sxx = sxy = 0.0
+    for segment in segments:
+        if len(segment) < 5:
+            continue
+        mx = statistics.fmean(x for x, _ in segment)
+        my = statistics.fmean(y for _, y in segment)
+        sxx += sum((x - mx) ** 2 for x, _ in segment)
+        sxy += sum((x - mx) * (y - my) for x, y in segment)
+    return sxy / sxx if sxx else None
 
 
 def _distribution(values: list[float], steady: list[float]) -> dict[str, float | None]:
@@ -603,6 +642,7 @@ def summarize(args: argparse.Namespace, samples: list[Sample], recoveries: list[
     steady = [s for s in samples if s.fault is None]
     lag_b = [float(s.lag_bytes) for s in samples if s.lag_bytes is not None]
     slope = _slope_per_hour([p for p in rss if p[0] >= half])
+    slope_between = _slope_between_restarts(samples)
     lag_max_mib = max(lag_b, default=0.0) / 2**20
     unrecovered = [r.fault for r in recoveries if r.recover_s is None]
     lag_bounded = (not unrecovered and final_catch_up is not None
@@ -627,12 +667,15 @@ def summarize(args: argparse.Namespace, samples: list[Sample], recoveries: list[
         "duplicates": verdicts["events"] - verdicts["distinct"],
         "events_written_by_pgcdc": final_metrics.get("events"),
         "reconnects": final_metrics.get("reconnects"),
+        "pgcdc_cpu_s": round(final_metrics["cpu_s"], 1),
         "loss": verdicts["loss"],
         "rss_mib": {
             "first": round(rss[0][1], 1) if rss else None,
             "last": round(rss[-1][1], 1) if rss else None,
             "max": round(max(v for _, v in rss), 1) if rss else None,
             "second_half_slope_mib_per_hour": None if slope is None else round(slope, 2),
+            "slope_between_restarts_mib_per_hour":
+                None if slope_between is None else round(slope_between, 2),
         },
         "lag_bytes": _distribution(lag_b, [float(s.lag_bytes) for s in steady
                                            if s.lag_bytes is not None]),
