@@ -94,6 +94,9 @@ def render(pipeline: Pipeline) -> str:
     families.append(_Family("pgcdc_catalog_generation", "gauge",
                             "Committed catalog changes so far.")
                     .add(pipeline.builder.generation))
+    families.append(_Family("pgcdc_catalog_oldest_version", "gauge",
+                            "Oldest catalog version held (rises when the history is compacted).")
+                    .add(pipeline.builder.history.base.version))
     families.append(_Family("pgcdc_reconnects_total", "counter",
                             "Sessions restarted after a lost connection or failed delivery.")
                     .add(p.reconnects))
