@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import psycopg
+from psycopg import conninfo
 
 from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
@@ -254,17 +256,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except (PgcdcError, psycopg.OperationalError) as exc:
-        text = redact_dsn(str(exc).strip())
-        hint = _connection_hint(text)
+    except (PgcdcError, psycopg.OperationalError, psycopg.errors.InsufficientPrivilege) as exc:
+        role = None
+        if settings is not None:
+            role = conninfo.conninfo_to_dict(settings.source.conninfo()).get("user")
+        text = exc.diag.message_primary if isinstance(exc, psycopg.errors.InsufficientPrivilege) \
+            else str(exc).strip()
+        text = redact_dsn(text or str(exc))
+        hint = _connection_hint(text, str(role or "<the role pgcdc connects as>"))
         if hint is not None:  # not worth a retry: a person has to fix the configuration
             print(f"pgcdc: {text}; {hint}", file=sys.stderr)
             return EXIT_TERMINAL
         print(f"pgcdc: {text}", file=sys.stderr)
-        return EXIT_TRANSIENT if isinstance(exc, TransientError) else EXIT_TERMINAL
-    except psycopg.errors.InsufficientPrivilege as exc:
-        print(f"pgcdc: {redact_dsn(str(exc).strip())}; {_PRIVILEGES_HINT}", file=sys.stderr)
-        return EXIT_TERMINAL
+        return EXIT_TRANSIENT if isinstance(exc, TransientError | psycopg.OperationalError) \
+            else EXIT_TERMINAL
 
 
 # libpq's own words for a connection that TLS or authentication refused (no SQLSTATE: the
@@ -287,13 +292,21 @@ _CONNECTION_HINTS = (
     ("password authentication failed",
      "check the role's password (PGCDC_PASSWORD, source.password_file)"),
 )
-_PRIVILEGES_HINT = ("the role pgcdc connects as lacks a privilege: grant it as docs/security.md "
-                    "shows (REPLICATION, USAGE on the schemas, SELECT on the published tables)")
+# what a missing privilege needs, by the object PostgreSQL names
+_GRANTS = {"table": "GRANT SELECT ON TABLE {} TO {}", "relation": "GRANT SELECT ON TABLE {} TO {}",
+           "schema": "GRANT USAGE ON SCHEMA {} TO {}",
+           "function": "GRANT EXECUTE ON FUNCTION {} TO {}"}
+_DENIED = re.compile(r"permission denied for (table|relation|schema|function) (\S+)")
 
 
-def _connection_hint(text: str) -> str | None:
-    if "permission denied" in text:
-        return _PRIVILEGES_HINT
+def _connection_hint(text: str, role: str) -> str | None:
+    if (denied := _DENIED.search(text)) is not None:
+        grant = _GRANTS[denied[1]].format(denied[2], role)
+        return f"as the owner or a superuser run {grant} (the least-privilege role: " \
+               "docs/security.md)"
+    if "replication role" in text or "start WAL sender" in text:
+        return (f"the role needs the REPLICATION attribute: ALTER ROLE {role} REPLICATION "
+                "(docs/security.md)")
     return next((hint for words, hint in _CONNECTION_HINTS if words in text), None)
 
 
