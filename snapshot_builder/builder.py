@@ -335,6 +335,7 @@ class SnapshotBuilder:
 
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
-        self._pending.clear()
-        self._overlay.clear()
-        self._type_overlay.clear()
+        if self._pending or self._overlay or self._type_overlay:
+            self._pending.clear()
+            self._overlay.clear()
+            self._type_overlay.clear()

@@ -294,6 +294,8 @@ class CatalogHistory:
         """The held entries, or only those creating versions after ``after_version``."""
         if after_version is None:
             return iter(self._entries)
+        if after_version >= self._latest.version:
+            return iter(())  # the usual case, once per transaction: nothing new
         start = max(0, after_version - self._base.version)
         return iter(self._entries[start:])
 
