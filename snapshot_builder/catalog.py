@@ -145,6 +145,13 @@ class TableVersion:
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.name}"
 
+    @property
+    def identity_index(self) -> Index:
+        """What identifies this table's rows in the stream (derived from the replica
+        identity and the key columns; the index's own OID and name are not captured)."""
+        return Index(_IDENTITY_KINDS.get(self.replica_identity, self.replica_identity),
+                     self.key_columns)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": 1,
@@ -164,6 +171,20 @@ class TableVersion:
         """Equal columns, types, order, key and replica identity: what pgoutput describes."""
         return (self.layout == other.layout and self.replica_identity == other.replica_identity
                 and [c.name for c in self.key_columns] == [c.name for c in other.key_columns])
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """The index a table's replica identity uses: ``primary_key`` (REPLICA IDENTITY
+    DEFAULT), ``replica_identity_index`` (USING INDEX), ``full`` (every column) or
+    ``nothing``; ``columns`` are the key columns pgoutput sends for it."""
+
+    kind: str
+    columns: tuple[Column, ...]
+
+
+_IDENTITY_KINDS: Final = {"d": "primary_key", "i": "replica_identity_index", "f": "full",
+                          "n": "nothing"}
 
 
 def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersion:

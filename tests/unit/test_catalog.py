@@ -90,3 +90,12 @@ def test_type_versions_follow_the_definition() -> None:
     array = builtin_type(1007)
     assert array is not None and (array.kind, array.base_oid, array.name) == ("array", 23, "_int4")
     assert builtin_type(16500) is None
+
+
+def test_the_identity_index_follows_the_replica_identity() -> None:
+    table, _ = RelationCatalog().observe(_rel())
+    assert table.identity_index.kind == "primary_key"
+    assert [c.name for c in table.identity_index.columns] == ["id"]
+    full, _ = RelationCatalog().observe(_rel(identity="f", cols=(
+        RelationColumn(1, "id", 23, -1), RelationColumn(1, "v", 25, -1))))
+    assert full.identity_index.kind == "full" and len(full.identity_index.columns) == 2
