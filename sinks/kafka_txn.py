@@ -83,6 +83,19 @@ class ProducerFencedError(TerminalError):
             "or give each its own sink.transactional_id (PGCDC_TRANSACTIONAL_ID)")
 
 
+class TransactionTimedOutError(DeliveryError):
+    """The broker aborted a Kafka transaction open longer than ``transaction.timeout.ms``;
+    librdkafka reports it as fencing, since the coordinator bumped the producer's epoch."""
+
+    def __init__(self, seconds: float, timeout: float, detail: object) -> None:
+        super().__init__(
+            f"the Kafka transaction was open for {seconds:.0f} s, longer than "
+            f"transaction.timeout.ms ({timeout * 1000:.0f} ms), and the broker aborted it "
+            f"({detail}); resending from the durable position. If one source transaction "
+            "takes that long to write, raise sink.kafka's transaction.timeout.ms (at most "
+            "the brokers' transaction.max.timeout.ms)")
+
+
 class TransactionsUnavailableError(TerminalError):
     def __init__(self, servers: str, transactional_id: str, detail: object) -> None:
         super().__init__(
@@ -179,6 +192,7 @@ class TransactionalKafkaSink(KafkaSink):
         timeout = int(producer_config.get("transaction.timeout.ms") or (
             kwargs.get("client_config") or {}).get("transaction.timeout.ms", 120_000))
         producer_config["transaction.timeout.ms"] = timeout
+        self.transaction_timeout = timeout / 1000
         producer_config.setdefault("message.timeout.ms", min(120_000, timeout))
         producer_config["transactional.id"] = self.transactional_id
         super().__init__(bootstrap_servers, topic_prefix=topic_prefix,
@@ -277,7 +291,7 @@ class TransactionalKafkaSink(KafkaSink):
         error, self._error = self._error, None
         if isinstance(error, ProducerFencedError):
             raise error
-        fatal = error is not None and _fatal(error)
+        fatal = error is not None and (_fatal(error) or isinstance(error, TransactionTimedOutError))
         if self._in_transaction and not fatal:
             try:
                 self._producer.abort_transaction(30)
@@ -392,7 +406,12 @@ class TransactionalKafkaSink(KafkaSink):
     def _keep(self, error: KafkaError, doing: str) -> Exception:
         """Remember the first error and return it to raise."""
         if self._error is None:
-            if _fenced(error):
+            open_for = time.monotonic() - self._began
+            if _fenced(error) and self._in_transaction and open_for >= self.transaction_timeout:
+                # the coordinator timed the transaction out (which bumps the epoch too): not
+                # another instance, which would have fenced a younger transaction as well
+                self._error = TransactionTimedOutError(open_for, self.transaction_timeout, error)
+            elif _fenced(error):
                 self._error = ProducerFencedError(self.transactional_id, error)
             else:
                 self._error = DeliveryError(f"kafka transaction failed while {doing}: {error}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from decoder.slot import slot_info
+from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import failpoints
 from sinks.kafka import topic_name
 from sinks.kafka_txn import default_transactional_id, offsets_topic, read_committed_lsn
@@ -35,6 +36,19 @@ def ledger(pg_conn: Conn) -> None:
     pg_conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, version int NOT NULL, payload text)")
     pg_conn.execute("CREATE PUBLICATION pgcdc FOR TABLE ledger")
     pg_conn.execute("SELECT pg_create_logical_replication_slot('pgcdc', 'pgoutput', false, true)")
+
+
+def _confirmed(conn: Conn) -> int:
+    info = slot_info(conn, "pgcdc")
+    return (info.confirmed_flush_lsn or 0) if info is not None else 0
+
+
+def _wait_for_a_commit(servers: str, prefix: str) -> None:
+    deadline = time.monotonic() + 90
+    while read_committed_lsn({"bootstrap.servers": servers}, offsets_topic(prefix),
+                             "pgcdc") is None:
+        assert time.monotonic() < deadline, "pgcdc committed no Kafka transaction in 90 s"
+        time.sleep(0.5)
 
 
 def _check_exactly_once(servers: str, prefix: str, writer: Writer, conn: Conn) -> Verdict:
@@ -114,11 +128,7 @@ def test_second_producer_fences_the_first(pg_conn: Conn, pg_dsn: str, kafka_serv
     pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
                          extra_args=EXACTLY_ONCE)
     pgcdc.start()
-    deadline = time.monotonic() + 60
-    while read_committed_lsn({"bootstrap.servers": kafka_servers},
-                             offsets_topic(topic_prefix), "pgcdc") is None:
-        assert time.monotonic() < deadline, "pgcdc committed no Kafka transaction in 60 s"
-        time.sleep(0.5)
+    _wait_for_a_commit(kafka_servers, topic_prefix)
     zombie_killer = Producer({"bootstrap.servers": kafka_servers,
                               "transactional.id": default_transactional_id(topic_prefix,
                                                                            "pgcdc")})
@@ -132,4 +142,43 @@ def test_second_producer_fences_the_first(pg_conn: Conn, pg_dsn: str, kafka_serv
     assert "fenced" in err and "transactional.id" in err, err
     del zombie_killer
     pgcdc.catch_up(pg_conn)
+    _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
+
+
+@pytest.mark.usefixtures("ledger")
+def test_transaction_timed_out_by_the_broker_is_resent(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgcdc paused (SIGSTOP) past transaction.timeout.ms with a Kafka transaction open: the
+    coordinator aborts it; on SIGCONT pgcdc recreates its producer and resends, and does not
+    mistake the timeout for another instance fencing it."""
+    monkeypatch.setenv("PGCDC_KAFKA_TRANSACTION_TIMEOUT_MS", "3000")
+    writer = Writer(pg_dsn, seed=7)
+    pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
+                         extra_args=("--exactly-once", "--commit-interval-ms", "1000"))
+    pgcdc.start()
+    assert pgcdc.proc is not None
+    writer.start()
+    try:
+        _wait_for_a_commit(kafka_servers, topic_prefix)
+        time.sleep(1)  # writing: a Kafka transaction is open nearly all the time
+        # the broker checks for timed-out transactions every 10 s
+        # (transaction.abort.timed.out.transaction.cleanup.interval.ms)
+        pgcdc.proc.send_signal(signal.SIGSTOP)
+        time.sleep(16)
+        pgcdc.proc.send_signal(signal.SIGCONT)
+        time.sleep(8)
+    finally:
+        writer.stop()
+    target = current_wal_lsn(pg_conn)
+    deadline = time.monotonic() + 120
+    while _confirmed(pg_conn) < target:
+        assert pgcdc.proc.poll() is None, f"pgcdc stopped: {pgcdc.wait(5)}"
+        assert time.monotonic() < deadline, "pgcdc did not catch up within 120 s"
+        time.sleep(0.5)
+    pgcdc.proc.send_signal(signal.SIGTERM)
+    code, err = pgcdc.wait(60)
+    assert code == 0, err
+    assert "longer than transaction.timeout.ms" in err, err
+    assert "fenced this pgcdc" not in err, err
     _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
