@@ -63,8 +63,10 @@ from snapshot_builder.history import (
     CatalogHistory,
     Change,
     DropType,
+    Entry,
     PutTable,
     PutType,
+    apply,
 )
 
 log = logging.getLogger(__name__)
@@ -285,6 +287,7 @@ class SnapshotBuilder:
         """A captured DDL message inside the open transaction; returns a table's new
         definition (None for a dropped table and for type changes)."""
         change = parse_message(content)
+        current = self.catalog
         if isinstance(change, PutTable):
             self._overlay[change.table.oid] = change.table
             self._pending.append(change)
@@ -293,13 +296,12 @@ class SnapshotBuilder:
             self._type_overlay[change.type.oid] = change.type
             self._pending.append(change)
             return None
-        latest = self.catalog
         if isinstance(change, DropType):
-            if self._type_overlay.get(change.oid, latest.types.get(change.oid)) is not None:
+            if self._type_overlay.get(change.oid, current.types.get(change.oid)) is not None:
                 self._type_overlay[change.oid] = None
                 self._pending.append(change)
             return None  # else never captured (a table's row type, say): no version
-        if self._overlay.get(change.oid, latest.table(change.oid)) is not None:
+        if self._overlay.get(change.oid, current.table(change.oid)) is not None:
             self._overlay[change.oid] = None
             self._pending.append(change)
         return None
@@ -307,31 +309,50 @@ class SnapshotBuilder:
     def commit(self, commit_lsn: int, commit_time: int) -> None:
         """The open transaction committed: its DDL becomes global versions (persisted).
 
-        A transaction the slot sends again after a restart (its versions were persisted,
-        the crash came before the flush) finds them recorded: nothing is appended twice,
-        and what a crash between two appends left out is appended now."""
-        pending = self._pending
-        if pending:
-            recorded = [e.change for e in self.history.entries_at(commit_lsn)]
-            if recorded or commit_lsn < self.history.latest.lsn:
-                if recorded != pending[:len(recorded)]:
-                    msg = (f"the transaction committed at LSN {commit_lsn:X} changes the "
-                           f"catalog, but the history holds {len(recorded)} other changes "
-                           f"at that LSN (latest version {self.history.latest.version} at "
-                           f"{self.history.latest.lsn:X}): the catalog history belongs to "
-                           "another slot or database; use the catalog folder of this slot, "
-                           "or remove it to rebuild the catalog")
-                    raise CatalogMismatchError(msg)
-                log.info("transaction committed at %X/%X sent again: %d of its %d catalog "
-                         "changes already recorded", commit_lsn >> 32,
-                         commit_lsn & 0xFFFFFFFF, len(recorded), len(pending))
-                pending = pending[len(recorded):]
-        for change in pending:
-            self.history.append(change, lsn=commit_lsn, commit_time=commit_time)
+        Only changes that change something become versions (the trigger repeats a table
+        for its index, an array type with its element).  A transaction the slot sends
+        again after a restart (its versions were persisted, the crash came before the
+        flush) finds them recorded: nothing is appended twice, and what a crash between
+        two appends left out is appended now."""
+        if self._pending:
+            history = self.history
+            recorded = history.entries_at(commit_lsn)
+            if recorded or commit_lsn < history.latest.lsn:
+                changes = self._not_recorded(commit_lsn, recorded)
+            else:
+                changes = _effective(self._pending, history.latest)
+            for change in changes:
+                history.append(change, lsn=commit_lsn, commit_time=commit_time)
         if self._view is not None:  # replaying: the stream is now at commit_lsn
             caught_up = commit_lsn >= self.history.latest.lsn
             self._view = None if caught_up else self.history.catalog_at(commit_lsn)
         self.rollback()
+
+    def _not_recorded(self, commit_lsn: int, recorded: list[Entry]) -> list[Change]:
+        """The open transaction's changes the history lacks, when it holds some at its
+        commit LSN: none if they are all there, the rest if a crash came between two
+        appends; anything else is a history of another slot."""
+        if recorded:
+            history = self.history
+            before = history.catalog(recorded[0].version - 1)
+            changes = _effective(self._pending, before)
+            kept = [e.change for e in recorded]
+            if changes[:len(kept)] == kept:
+                log.info("transaction committed at %X/%X sent again: %d of its %d catalog "
+                         "changes already recorded", commit_lsn >> 32, commit_lsn & 0xFFFFFFFF,
+                         len(kept), len(changes))
+                return changes[len(kept):]
+            after, done = before, history.catalog(recorded[-1].version)
+            for change in changes:  # written by an older pgcdc, with repeated definitions
+                after = apply(change, after, commit_lsn)
+            if (after.tables, after.types) == (done.tables, done.types):
+                return []
+        msg = (f"the transaction committed at LSN {commit_lsn:X} changes the catalog, but "
+               f"the history holds {len(recorded)} other changes at that LSN (latest version "
+               f"{self.history.latest.version} at {self.history.latest.lsn:X}): the catalog "
+               "history belongs to another slot or database; use the catalog folder of this "
+               "slot, or remove it to rebuild the catalog")
+        raise CatalogMismatchError(msg)
 
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
@@ -339,3 +360,14 @@ class SnapshotBuilder:
             self._pending.clear()
             self._overlay.clear()
             self._type_overlay.clear()
+
+
+def _effective(changes: list[Change], catalog: Catalog) -> list[Change]:
+    """The changes that change something, applied one after the other to ``catalog``."""
+    out: list[Change] = []
+    for change in changes:
+        after = apply(change, catalog, catalog.lsn)
+        if (after.tables, after.types) != (catalog.tables, catalog.types):
+            out.append(change)
+            catalog = after
+    return out

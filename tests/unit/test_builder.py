@@ -239,3 +239,17 @@ def test_resuming_below_the_latest_version_decodes_with_the_catalog_of_that_plac
     restarted.on_ddl(_put(1, 3))
     restarted.commit(200, 0)
     assert restarted.catalog is restarted.history.latest and restarted.catalog.version == 3
+
+
+def test_a_repeated_definition_makes_no_version() -> None:
+    builder = SnapshotBuilder()
+    builder.start_consistent([PutTable(_table(1, 1))], 10)
+    builder.on_ddl(_put(1, 2))
+    builder.on_ddl(_put(1, 2))  # the trigger repeats a table for its index
+    builder.on_ddl(_ddl("put_type", type=_type_def(16500, ("a",))))
+    builder.on_ddl(_ddl("put_type", type=_type_def(16500, ("a",))))
+    builder.commit(100, 0)
+    assert builder.history.latest.version == 3
+    builder.on_ddl(_put(1, 2))  # nothing changed (a comment set to what it was, say)
+    builder.commit(200, 0)
+    assert builder.history.latest.version == 3 and builder.history.latest.lsn == 100
