@@ -412,13 +412,18 @@ def _sink(settings: Settings) -> Sink:
         if cfg.exactly_once:
             from sinks.kafka_txn import TransactionalKafkaSink
 
-            sink = TransactionalKafkaSink(
-                cfg.bootstrap_servers, slot=settings.source.slot, topic_prefix=cfg.topic_prefix,
-                transactional_id=cfg.transactional_id, commit_interval_ms=cfg.commit_interval_ms,
-                commit_events=cfg.commit_events, value_format=cfg.format,
-                tombstones=cfg.tombstones, transaction_topic=cfg.transaction_topic,
-                client_config=cfg.kafka_config())
-            return sink
+            try:
+                return TransactionalKafkaSink(
+                    cfg.bootstrap_servers, slot=settings.source.slot,
+                    topic_prefix=cfg.topic_prefix, transactional_id=cfg.transactional_id,
+                    commit_interval_ms=cfg.commit_interval_ms, commit_events=cfg.commit_events,
+                    value_format=cfg.format, tombstones=cfg.tombstones,
+                    transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config())
+            except KafkaException as exc:  # librdkafka refused a property of sink.kafka
+                msg = (f"config key 'sink.kafka' is not accepted by librdkafka: "
+                       f"{exc.args[0].str()}; fix the property (CONFIGURATION.md of librdkafka "
+                       "lists them)")
+                raise ConfigError(msg) from None
         try:
             sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
                              value_format=cfg.format, tombstones=cfg.tombstones,

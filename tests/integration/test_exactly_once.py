@@ -21,8 +21,15 @@ from confluent_kafka import Producer
 
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import failpoints
+from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import topic_name
-from sinks.kafka_txn import default_transactional_id, offsets_topic, read_committed_lsn
+from sinks.kafka_txn import (
+    TransactionalKafkaSink,
+    default_transactional_id,
+    offsets_topic,
+    read_committed_lsn,
+)
+from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from tests.oracle import PgcdcProcess, Verdict, Writer, read_topic, verify
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -182,3 +189,48 @@ def test_transaction_timed_out_by_the_broker_is_resent(
     assert "longer than transaction.timeout.ms" in err, err
     assert "fenced this pgcdc" not in err, err
     _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
+
+
+def test_initial_load_then_stream_exactly_once(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                               topic_prefix: str, tmp_path: Path) -> None:
+    """The initial load's read events and the stream after it, through Kafka transactions:
+    every row read once, every change once, the fold equals the source."""
+    rows = 5000
+    pg_conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, version int NOT NULL, payload text)")
+    pg_conn.execute("INSERT INTO ledger SELECT g, 1, repeat('s', g %% 100) "
+                    "FROM generate_series(1, %s) g", (rows,))
+    writer = Writer(pg_dsn, seed=rows)
+    writer.rows = dict.fromkeys(range(1, rows + 1), 1)
+    writer.next_id = rows + 1
+    sink = TransactionalKafkaSink(kafka_servers, slot="pgcdc", topic_prefix=topic_prefix,
+                                  commit_interval_ms=200)
+    try:
+        load = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", tables=["public.ledger"],
+                                      readers=2, chunk_pages=16), sink)
+        writer.start()
+        try:
+            summary = load.run()
+        finally:
+            writer.stop()
+        assert summary.complete
+        pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.ledger"],
+                                           status_interval=0.2), sink)
+        pipeline.prepare()
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    finally:
+        sink.close()
+    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"),
+                        isolation_level="read_committed")
+    positions = [(e["source"]["commit_lsn"], e["source"]["ordinal"]) for e in events]
+    assert len(positions) == len(set(positions)), "a read_committed consumer saw a duplicate"
+    reads = [e for e in events if e["op"] == "r"]
+    assert len(reads) == next(iter(summary.state.tables.values())).rows
+    assert writer.ledger.transactions > 5 and len(events) > len(reads)
+    folded: dict[int, int] = {}
+    for event in sorted(events, key=lambda e: (e["source"]["commit_lsn"],
+                                               e["source"]["ordinal"])):
+        if event["op"] == "d":
+            folded.pop(event["key"]["id"], None)
+        else:
+            folded[event["after"]["id"]] = event["after"]["version"]
+    assert folded == dict(pg_conn.execute("SELECT id, version FROM ledger").fetchall())
