@@ -8,6 +8,10 @@ With ``sasl_users`` the broker also listens on a ``SASL_PLAINTEXT`` port
 ``PLAIN``, ``SCRAM-SHA-256`` and ``SCRAM-SHA-512`` mechanisms (SCRAM credentials are
 written when the storage is formatted); the plaintext port stays open for the tests' own
 clients.
+
+With ``ssl=True`` it also listens on an ``SSL`` port (:attr:`KafkaBroker.ssl_bootstrap_servers`)
+with a certificate for ``localhost`` and ``127.0.0.1`` signed by a throwaway CA
+(:attr:`KafkaBroker.ssl_root_cert`, what clients put in ``ssl.ca.location``).
 """
 
 from __future__ import annotations
@@ -56,10 +60,12 @@ class KafkaBroker:
 
     def __init__(self, *, port: int | None = None, heap: str = "768m",
                  sasl_users: dict[str, str] | None = None,
-                 advertised_port: int | None = None) -> None:
+                 advertised_port: int | None = None, ssl: bool = False) -> None:
         self.java = java_binary()
         self.sasl_users = dict(sasl_users or {})
         self.sasl_port = free_port() if self.sasl_users else None
+        self.ssl_port = free_port() if ssl else None
+        self.ssl_root_cert: Path | None = None  # with ssl=True: the CA that signed the broker
         self.port = port or free_port()
         self.advertised_port = advertised_port or self.port
         self.controller_port = free_port()
@@ -164,8 +170,9 @@ class KafkaBroker:
             f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL",
             *self._sasl_config(),
+            *self._ssl_config(),
             f"log.dirs={data}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -186,8 +193,31 @@ class KafkaBroker:
             msg = f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}"
             raise TerminalError(msg)
 
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The SSL listener (``ssl=True``)."""
+        if self.ssl_port is None:
+            msg = "this broker has no SSL listener: start it with ssl=True"
+            raise TerminalError(msg)
+        return f"127.0.0.1:{self.ssl_port}"
+
     def _sasl_listener(self) -> str:
-        return f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}," if self.sasl_port else ""
+        """The SASL_PLAINTEXT and SSL listeners asked for, each followed by a comma."""
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}," if self.sasl_port else ""
+        return sasl + (f"SSL://127.0.0.1:{self.ssl_port}," if self.ssl_port else "")
+
+    def _ssl_config(self) -> list[str]:
+        """A PEM keystore (the key and the certificate in one file) for the SSL listener."""
+        if self.ssl_port is None:
+            return []
+        from pgcdc.services.postgres import make_certificates
+
+        certs = make_certificates(self.base / "tls")
+        keystore = self.base / "tls" / "broker.pem"
+        keystore.write_text(certs.key.read_text() + certs.cert.read_text())
+        keystore.chmod(0o600)
+        self.ssl_root_cert = certs.ca
+        return ["ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}"]
 
     def _sasl_config(self) -> list[str]:
         """The SASL listener's mechanisms and their JAAS configuration (PLAIN: the users and

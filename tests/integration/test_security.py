@@ -1,8 +1,8 @@
 """Security (docs/security.md): TLS to PostgreSQL, SASL to Kafka, a least-privilege role.
 
 A PostgreSQL that accepts only TLS (its own throwaway CA) and a Kafka broker with a
-SASL_PLAINTEXT listener are started for this module; the oracle reads the topics through the
-broker's plaintext listener, as an independent consumer.
+SASL_PLAINTEXT and an SSL listener are started for this module; the oracle reads the topics
+through the broker's plaintext listener, as an independent consumer.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def tls_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="module")
 def sasl_broker() -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, heap="512m")
+    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, ssl=True, heap="512m")
     broker.start()
     try:
         yield broker
@@ -202,6 +202,46 @@ def test_a_wrong_sasl_password_fails_naming_sasl(pg_conn: Conn, pg_dsn: str,
                            "sasl.password / PGCDC_KAFKA_SASL_PASSWORD): "), last
     assert "SASL authentication error" in last
     assert SASL_PASSWORD not in result.stderr
+
+
+# --- SSL to Kafka ----------------------------------------------------------------------------
+
+def _ssl_config(tmp_path: Path, ca: Path) -> Path:
+    config = tmp_path / "pgcdc.toml"
+    config.write_text(f'[sink.kafka]\n"security.protocol" = "SSL"\n"ssl.ca.location" = "{ca}"\n')
+    return config
+
+
+def test_delivers_through_ssl_verifying_the_broker(pg_conn: Conn, pg_dsn: str,
+                                                   sasl_broker: KafkaBroker, topic_prefix: str,
+                                                   tmp_path: Path) -> None:
+    assert sasl_broker.ssl_root_cert is not None
+    _ledger(pg_conn)
+    writer = Writer(pg_dsn, seed=5)
+    writer.write(pg_conn, 30)
+    pgcdc = PgcdcProcess(pg_dsn, sasl_broker.ssl_bootstrap_servers, topic_prefix,
+                         tmp_path / "progress.json")
+    pgcdc.argv += ["--config", str(_ssl_config(tmp_path, sasl_broker.ssl_root_cert))]
+    _stream_until_caught_up(pgcdc, pg_conn)
+    events = read_topic(sasl_broker.bootstrap_servers,
+                        topic_name(topic_prefix, "public", "ledger"))
+    assert verify(events, writer.ledger, pg_conn).distinct >= 30
+
+
+def test_a_broker_certificate_from_another_ca_fails_naming_the_fix(
+        pg_conn: Conn, pg_dsn: str, sasl_broker: KafkaBroker, tmp_path: Path) -> None:
+    _ledger(pg_conn)
+    other = make_certificates(tmp_path / "other-ca")
+    result = _pgcdc("run", "--dsn", pg_dsn, "--config", str(_ssl_config(tmp_path, other.ca)),
+                    "--bootstrap-servers", sasl_broker.ssl_bootstrap_servers,
+                    "--progress-file", str(tmp_path / "p.json"),
+                    "--catalog-dir", str(tmp_path / "catalog"))
+    assert result.returncode == 3, result.stderr
+    last = [line for line in result.stderr.splitlines() if line.startswith("pgcdc:")][-1]
+    assert last.startswith(f"pgcdc: Kafka at {sasl_broker.ssl_bootstrap_servers} failed the "
+                           "TLS handshake (check sink.kafka's ssl.ca.location: the CA that "
+                           "signed the broker's certificate, and the broker's address): "), last
+    assert "certificate verify failed" in last
 
 
 # --- the least-privilege role ------------------------------------------------------------------
