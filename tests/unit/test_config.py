@@ -284,3 +284,27 @@ def test_spark_kafka_options_from_a_file_and_flags(tmp_path: Path) -> None:
     args.kafka_option = ["security.protocol"]
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         cli._spark_kafka_options(args)
+
+
+@pytest.mark.parametrize(("message", "hint"), [
+    ("permission denied for table audit",
+     "as the owner or a superuser run GRANT SELECT ON TABLE audit TO cdc "
+     "(the least-privilege role: docs/security.md)"),
+    ("permission denied for schema pgcdc",
+     "as the owner or a superuser run GRANT USAGE ON SCHEMA pgcdc TO cdc "
+     "(the least-privilege role: docs/security.md)"),
+    ('cannot open a replication connection: connection failed: connection to server at '
+     '"db", port 5432 failed: FATAL:  must be superuser or replication role to start walsender',
+     "the role needs the REPLICATION attribute: ALTER ROLE cdc REPLICATION (docs/security.md)"),
+    ('connection failed: connection to server at "db", port 5432 failed: SSL error: '
+     "certificate verify failed",
+     "the server's certificate is not signed by the CA that sslrootcert names: set sslrootcert "
+     "in the DSN to the CA that signed it (docs/security.md)"),
+    ('connection to server at "db" failed: server certificate for "localhost" does not match '
+     'host name "db"',
+     "the server's certificate does not name the host in the DSN: connect with a host name it "
+     "lists, or use sslmode=verify-ca (docs/security.md)"),
+    ('connection to server at "db", port 5432 failed: Connection refused', None),  # transient
+])
+def test_connection_and_privilege_failures_name_the_fix(message: str, hint: str | None) -> None:
+    assert cli._connection_hint(message, "cdc") == hint
