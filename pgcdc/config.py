@@ -54,6 +54,8 @@ _KAFKA_RESERVED = {
     "bootstrap.servers": "is set by sink.bootstrap_servers (--bootstrap-servers): move it there",
     "enable.idempotence": "is always true in pgcdc (its producer is idempotent): remove it",
     "acks": "is always 'all' in pgcdc (durable means every in-sync replica): remove it",
+    "transactional.id": "is set by sink.transactional_id (--transactional-id) with "
+                        "sink.exactly_once: move it there",
 }
 _KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KAFKA_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")

@@ -216,6 +216,8 @@ def test_source_password_from_a_file(tmp_path: Path) -> None:
      r"PGCDC_KAFKA_SASL_PASSWORD_FILE\)$"),
     ({"PGCDC_KAFKA_ACKS": "1"},
      r"^config key 'sink.kafka.acks' is always 'all' in pgcdc .* from PGCDC_KAFKA_ACKS$"),
+    ({"PGCDC_KAFKA_TRANSACTIONAL_ID": "t"},
+     r"^config key 'sink.kafka.transactional.id' is set by sink.transactional_id"),
     ({"PGCDC_KAFKA_BOOTSTRAP_SERVERS": "k:9092"},
      r"^config key 'sink.kafka.bootstrap.servers' is set by sink.bootstrap_servers"),
     ({"PGCDC_KAFKA_SSL_CA_LOCATION": "/nonexistent/ca.pem"},
