@@ -7,7 +7,9 @@ For each source table in the batch (by OID):
 2. values are cast to the table's newest shape; columns an older version did not
    have are NULL;
 3. the latest change per key wins, by ``(commit_lsn, ordinal)``;
-4. a truncate removes every older row, and earlier events of the batch;
+4. a truncate removes every older row, and earlier events of the batch; its position is
+   kept as a table-level tombstone (the table property ``pgcdc.truncatedAt``), so a change
+   older than the truncate that arrives later (a replay, late data) is left out too;
 5. a change older than its key's recorded delete is left out (streaming/tombstones.py),
    so a late or replayed change never resurrects a deleted row;
 6. one MERGE applies the rest, guarded so that an older change never overwrites
@@ -29,8 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from streaming.evolution import evolve, quote
-from streaming.schema import COMMIT_LSN, ORDINAL, CatalogLog, TableSpec
+from streaming.evolution import TRUNCATED_PROPERTY, evolve, quote, table_properties
+from streaming.schema import COMMIT_LSN, ORDINAL, CatalogLog, TableSpec, renamed_names
 from streaming.tombstones import drop_superseded, record_deletes
 
 log = logging.getLogger(__name__)
@@ -131,20 +133,46 @@ def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
     return sorted({int(r[0]) for r in pairs})
 
 
-def shape(events: Any, spec: TableSpec) -> Any:
-    """Events of one table, cast to its newest shape, one row per event."""
+def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
+    """Events of one table, cast to its newest shape, one row per event.
+
+    A column renamed since an event's version is read under the name that version gave
+    it (matched by column identity, see :func:`streaming.schema.renamed_names`), so old
+    and new events land in the same column.
+    """
+    renames = renamed_names(spec, versions or [])
     keys = {c.name for c in spec.key_columns}
+
+    def value(side: str, name: str) -> str:
+        current = f"{side}[{_literal(name)}]"
+        if name not in renames:
+            return current
+        cases = " ".join(
+            f"WHEN {_literal(version)} THEN "
+            + (f"{side}[{_literal(old)}]" if old is not None else "CAST(NULL AS STRING)")
+            for version, old in renames[name].items())
+        return f"CASE source.table_version {cases} ELSE {current} END"
+
     exprs = []
     for column in spec.columns:
-        text = f"after[{_literal(column.name)}]"
+        text = value("after", column.name)
         if column.name in keys:
-            text = f"coalesce(after[{_literal(column.name)}], before[{_literal(column.name)}])"
+            text = f"coalesce({text}, {value('before', column.name)})"
         exprs.append(f"{column.cast(text)} AS {quote(column.name)}")
+    unchanged = "coalesce(unchanged, array())"
+    if renames:  # an unchanged TOASTed column is named as its event's version names it
+        cases = " ".join(
+            f"WHEN source.table_version = {_literal(version)} AND u = {_literal(old)} "
+            f"THEN {_literal(name)}"
+            for name, by_version in renames.items() for version, old in by_version.items()
+            if old is not None)
+        if cases:
+            unchanged = f"transform({unchanged}, u -> CASE {cases} ELSE u END)"
     exprs += [
         "op AS _op",
         f"source.commit_lsn AS {COMMIT_LSN}",
         f"source.ordinal AS {ORDINAL}",
-        "coalesce(unchanged, array()) AS _unchanged",
+        f"{unchanged} AS _unchanged",
     ]
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
 
@@ -167,25 +195,49 @@ def latest_per_key(rows: Any, spec: TableSpec) -> Any:
     return rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
-def ensure_table(spark: Any, path: str, spec: TableSpec) -> Any:
+def ensure_table(spark: Any, path: str, spec: TableSpec,
+                 versions: list[TableSpec] | None = None) -> Any:
     """The Delta table at ``path``, created or evolved to ``spec``'s columns."""
-    return evolve(spark, path, spec, META_COLUMNS)
+    return evolve(spark, path, spec, META_COLUMNS, versions)
+
+
+def truncated_at(spark: Any, path: str) -> tuple[int, int] | None:
+    """The position of the newest truncate applied to the table, if any."""
+    raw = table_properties(spark, path).get(TRUNCATED_PROPERTY)
+    if raw is None:
+        return None
+    lsn, ordinal = raw.split("/")
+    return int(lsn), int(ordinal)
+
+
+def _record_truncate(spark: Any, path: str, position: tuple[int, int]) -> None:
+    """The table-level tombstone: no change older than this truncate is applied again."""
+    spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
+              f"('{TRUNCATED_PROPERTY}' = '{position[0]}/{position[1]}')")
 
 
 def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
-                idempotence: tuple[str, int] | None = None, changelog: bool = False) -> int:
+                idempotence: tuple[str, int] | None = None, changelog: bool = False,
+                versions: list[TableSpec] | None = None) -> int:
     """MERGE one table's events of a batch; returns how many changes were applied."""
     path = table_path(lake, spec)
-    target = ensure_table(spark, path, spec)
-    rows = shape(events, spec)
-    truncates = rows.where("_op = 't'").selectExpr(f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p")\
+    target = ensure_table(spark, path, spec, versions)
+    rows = shape(events, spec, versions)
+    applied_rows = rows
+    truncate = rows.where("_op = 't'").selectExpr(f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p")\
         .collect()[0]["p"]
-    if truncates is not None:
-        lsn, ordinal = int(truncates[0]), int(truncates[1])
-        target.delete(_position(lsn, ordinal, "<"))
-        rows = rows.where(_position(lsn, ordinal, ">"))
+    floor = truncated_at(spark, path)
+    if truncate is not None:
+        position = (int(truncate[0]), int(truncate[1]))
+        if floor is None or position > floor:
+            # recorded first: should the delete or the MERGE fail, the replay still knows
+            _record_truncate(spark, path, position)
+            floor = position
+        target.delete(_position(*position, "<"))
+    if floor is not None:  # a change older than the newest truncate never comes back
+        rows = rows.where(_position(*floor, ">"))
     latest = drop_superseded(spark, latest_per_key(rows.where("_op != 't'"), spec), spec,
-                             path).persist()
+                             path, versions).persist()
     names = [c.name for c in spec.columns]
     keys = [c.name for c in spec.key_columns]
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
@@ -211,7 +263,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             merge.execute()
         record_deletes(spark, latest, spec, path)  # after the MERGE: a replay redoes it
         if changelog:
-            _append_changelog(rows, path, idempotence)
+            _append_changelog(applied_rows, path, idempotence)
         return int(latest.count())
     finally:
         latest.unpersist()
@@ -251,7 +303,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, l
         for oid in check_versions(events, catalog):
             spec = catalog.latest(oid)
             applied[spec.qualified_name] = apply_table(
-                spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog)
+                spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog,
+                versions=catalog.versions(oid))
         return applied
     finally:
         events.unpersist()

@@ -16,6 +16,7 @@ the fix (re-snapshot the table into a new location), never a silent cast.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any
@@ -53,8 +54,45 @@ def widens(old: str, new: str) -> bool:
         _INTEGERS.index(old)]
 
 
-def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]) -> Any:
-    """The Delta table at ``path``, created or brought to ``spec``'s shape."""
+COLUMNS_PROPERTY = "pgcdc.columns"  # {attnum: the Delta column's name}, as JSON
+TRUNCATED_PROPERTY = "pgcdc.truncatedAt"  # "<commit_lsn>/<ordinal>" of the newest truncate
+
+_CREATE_PROPERTIES = {
+    "delta.enableTypeWidening": "true",
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "3",
+    "delta.minWriterVersion": "7",
+}
+
+
+def _properties_sql(properties: dict[str, str]) -> str:
+    return ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _identities(spec: TableSpec) -> dict[str, str]:
+    return {str(c.attnum): c.name for c in spec.columns if c.attnum is not None}
+
+
+def table_properties(spark: Any, path: str) -> dict[str, str]:
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).detail().select("properties").collect()[0]
+    return dict(row["properties"] or {})
+
+
+def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...],
+           versions: list[TableSpec] | None = None) -> Any:
+    """The Delta table at ``path``, created or brought to ``spec``'s shape.
+
+    A column renamed in ``spec`` is renamed in Delta (column mapping by name, so no data
+    is rewritten): the table property ``pgcdc.columns`` remembers which Delta column holds
+    which PostgreSQL column (by attnum); a table without it (created before) falls back on
+    the names the column had in ``versions``.
+    """
     from delta.tables import DeltaTable
 
     target = f"delta.{quote(path)}"
@@ -62,15 +100,30 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
                                                                 for m in meta_columns]
     if not DeltaTable.isDeltaTable(spark, path):
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
+        properties = dict(_CREATE_PROPERTIES)
+        properties[COLUMNS_PROPERTY] = json.dumps(_identities(spec), sort_keys=True)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {target} ({ddl}) USING DELTA "
-                  "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+                  f"TBLPROPERTIES ({_properties_sql(properties)})")
         return DeltaTable.forPath(spark, path)
     table = DeltaTable.forPath(spark, path)
     present = {f.name: f.dataType.simpleString() for f in table.toDF().schema.fields}
+    changed = False
+    identities = _identities(spec)
+    if identities:
+        properties = table_properties(spark, path)
+        known = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
+        renamed = _rename(spark, target, spec, present, known, versions or [], properties)
+        changed = renamed != present
+        present = renamed
+        merged = dict(known, **identities)
+        if merged != known:
+            update = {COLUMNS_PROPERTY: json.dumps(merged, sort_keys=True)}
+            spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(update)})")
     added = [(n, t) for n, t in columns if n not in present]
     if added:
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in added)
         spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({ddl})")
+        changed = True
         log.info("added columns %s to %s", [n for n, _ in added], path)
     for name, wanted in columns:
         have = present.get(name)
@@ -83,5 +136,50 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
             raise SchemaEvolutionError(msg)
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
         spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote(name)} TYPE {wanted}")
+        changed = True
         log.info("widened %s.%s from %s to %s", path, name, have, wanted)
-    return table
+    return DeltaTable.forPath(spark, path) if changed else table
+
+
+def _rename(spark: Any, target: str, spec: TableSpec, present: dict[str, str],
+            known: dict[str, str], versions: list[TableSpec],
+            properties: dict[str, str]) -> dict[str, str]:
+    """Rename the Delta columns whose PostgreSQL column was renamed; the new ``present``."""
+    moves: list[tuple[str, str]] = []
+    for column in spec.columns:
+        if column.attnum is None or column.name in present and str(column.attnum) in known \
+                and known[str(column.attnum)] == column.name:
+            continue
+        old = known.get(str(column.attnum))
+        if old is None and not known:  # a table from before pgcdc.columns: by history
+            old = next((c.name for v in reversed(versions) for c in v.columns
+                        if c.attnum == column.attnum and c.name != column.name
+                        and c.name in present
+                        and c.name not in {x.name for x in spec.columns}), None)
+        if old is not None and old != column.name and old in present:
+            moves.append((old, column.name))
+    if not moves:
+        return present
+    if properties.get("delta.columnMapping.mode", "none") == "none":
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ("
+                  f"{_properties_sql(_CREATE_PROPERTIES)})")
+    renamed = dict(present)
+    olds = {o for o, _ in moves}
+    # swapped names (a -> b, b -> a) go through temporary names first
+    via = {old: f"_pgcdc_renaming_{step}" if any(n in olds for _, n in moves) else old
+           for step, (old, _) in enumerate(moves)}
+    for old, _ in moves:
+        if via[old] != old:
+            spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(old)} TO {quote(via[old])}")
+    for old, new in moves:
+        if new in renamed and new not in olds:
+            # a kept (dropped) column of the same name makes way for the renamed one
+            aside = f"{new}__dropped"
+            spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(new)} TO {quote(aside)}")
+            renamed[aside] = renamed.pop(new)
+        spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(via[old])} TO {quote(new)}")
+        log.info("renamed %s.%s to %s (column identity)", target, old, new)
+    types = {old: renamed.pop(old) for old, _ in moves}
+    for old, new in moves:
+        renamed[new] = types[old]
+    return renamed

@@ -12,6 +12,7 @@ exact Spark counterpart stay strings, exactly as PostgreSQL printed them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ class ColumnSpec:
     type_name: str
     typmod: int
     is_key: bool
+    attnum: int | None = None  # the column's identity across renames (captured DDL only)
 
     @property
     def spark_type(self) -> str:
@@ -81,7 +83,8 @@ class TableSpec:
     def from_json(cls, raw: str | bytes) -> TableSpec:
         data: dict[str, Any] = json.loads(raw)
         columns = tuple(
-            ColumnSpec(c["name"], c["type_name"], int(c["typmod"]), bool(c["key"]))
+            ColumnSpec(c["name"], c["type_name"], int(c["typmod"]), bool(c["key"]),
+                       int(c["attnum"]) if c.get("attnum") is not None else None)
             for c in data["columns"]
         )
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
@@ -101,6 +104,10 @@ class CatalogLog:
                 self._by_oid.setdefault(spec.oid, []).append(spec)
         for versions in self._by_oid.values():
             versions.sort(key=lambda s: s.lsn)
+            _borrow_identities(versions)
+        for oid, version in list(self._versions):
+            self._versions[(oid, version)] = next(
+                s for s in self._by_oid[oid] if s.version == version)
 
     def version(self, oid: int, version: str) -> TableSpec | None:
         return self._versions.get((oid, version))
@@ -112,9 +119,55 @@ class CatalogLog:
     def latest(self, oid: int) -> TableSpec:
         return self._by_oid[oid][-1]
 
+    def versions(self, oid: int) -> list[TableSpec]:
+        """Every version of one table, oldest first."""
+        return list(self._by_oid.get(oid, []))
+
     def tables(self) -> list[TableSpec]:
         """The newest version of every table."""
         return [versions[-1] for versions in self._by_oid.values()]
 
     def __len__(self) -> int:
         return len(self._versions)
+
+
+def _borrow_identities(versions: list[TableSpec]) -> None:
+    """A version described by a Relation message (no attnums) takes the attnums of a
+    captured version with the same layout (the part of the version before the dot):
+    same columns, types and order, so the same columns."""
+    captured = {v.version.split(".")[0]: v for v in versions
+                if all(c.attnum is not None for c in v.columns) and v.columns}
+    for i, spec in enumerate(versions):
+        donor = captured.get(spec.version.split(".")[0])
+        if donor is None or any(c.attnum is not None for c in spec.columns) \
+                or [c.name for c in donor.columns] != [c.name for c in spec.columns]:
+            continue
+        columns = tuple(dataclasses.replace(c, attnum=d.attnum)
+                        for c, d in zip(spec.columns, donor.columns, strict=True))
+        versions[i] = dataclasses.replace(spec, columns=columns)
+
+
+def renamed_names(spec: TableSpec, versions: list[TableSpec]) -> dict[str, dict[str, str | None]]:
+    """Per column of ``spec``, the versions that call it by another name (or do not have it).
+
+    A column is identified by its ``attnum``, which PostgreSQL keeps across a rename: in an
+    older version, the column with the same attnum is the same column whatever its name,
+    and a column of the same name but another attnum (dropped and added again) is not.
+    Columns without an attnum (no captured DDL) are matched by name.  Only differences are
+    returned: ``{name in spec: {version: name in that version, or None}}``.
+    """
+    out: dict[str, dict[str, str | None]] = {}
+    for column in spec.columns:
+        if column.attnum is None:
+            continue
+        for version in versions:
+            if version.version == spec.version:
+                continue
+            by_attnum = {c.attnum: c.name for c in version.columns if c.attnum is not None}
+            if not by_attnum:
+                continue  # an old version without attnums: by name
+            old = by_attnum.get(column.attnum)
+            if old != column.name and (old is not None
+                                       or any(c.name == column.name for c in version.columns)):
+                out.setdefault(column.name, {})[version.version] = old
+    return out

@@ -13,9 +13,10 @@ anything that can still be replayed.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from streaming.evolution import quote
+from streaming.evolution import evolve, quote
 from streaming.schema import COMMIT_LSN, ORDINAL, TableSpec
 
 
@@ -33,7 +34,12 @@ def _newer(left: str, right: str) -> str:
             f"{right}.{COMMIT_LSN} AND {left}.{ORDINAL} > {right}.{ORDINAL}))")
 
 
-def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str) -> Any:
+def _keys_only(spec: TableSpec) -> TableSpec:
+    return dataclasses.replace(spec, columns=spec.key_columns)
+
+
+def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,
+                    versions: list[TableSpec] | None = None) -> Any:
     """The batch's latest changes without those older than their key's recorded delete."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
@@ -41,6 +47,9 @@ def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str) -> Any:
     tombstones_at = tombstone_path(path)
     if not DeltaTable.isDeltaTable(spark, tombstones_at):
         return latest
+    # key columns renamed or widened like the table's own
+    evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL),
+           [_keys_only(v) for v in versions or []])
     tombstones = spark.read.format("delta").load(tombstones_at)
     joined = latest.alias("s").join(tombstones.alias("d"), F.expr(_on(spec, "s", "d")), "left")
     kept = joined.where(F.expr(f"d.{COMMIT_LSN} IS NULL OR {_newer('s', 'd')}"))
@@ -49,18 +58,12 @@ def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str) -> Any:
 
 def record_deletes(spark: Any, latest: Any, spec: TableSpec, path: str) -> None:
     """Remember the position of every delete among the batch's latest changes."""
-    from delta.tables import DeltaTable
-
     keys = [quote(c.name) for c in spec.key_columns]
     deletes = latest.where("_op = 'd'").select(*keys, COMMIT_LSN, ORDINAL)
     if deletes.isEmpty():
         return
     tombstones_at = tombstone_path(path)
-    if not DeltaTable.isDeltaTable(spark, tombstones_at):
-        ddl = ", ".join([f"{quote(c.name)} {c.spark_type}" for c in spec.key_columns]
-                        + [f"{COMMIT_LSN} bigint", f"{ORDINAL} bigint"])
-        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quote(tombstones_at)} ({ddl}) USING DELTA")
-    (DeltaTable.forPath(spark, tombstones_at).alias("d")
+    (evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL)).alias("d")
      .merge(deletes.alias("s"), _on(spec, "d", "s"))
      .whenMatchedUpdate(condition=_newer("s", "d"),
                         set={COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}"})

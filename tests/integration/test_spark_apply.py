@@ -31,6 +31,17 @@ def _capture(dsn: str, servers: str, prefix: str, tables: list[str], conn: Conn)
     sink.close()
 
 
+def _capture_ddl(dsn: str, servers: str, prefix: str, tables: list[str], conn: Conn,
+                 history: Path) -> None:
+    """As pgcdc runs: the catalog history (captured DDL, column identities) kept in ``history``
+    from one run to the next."""
+    sink = KafkaSink(servers, topic_prefix=prefix)
+    pipeline = Pipeline(PipelineConfig(dsn, tables=tables, catalog_dir=history), sink)
+    pipeline.prepare()
+    pipeline.run(until_lsn=current_wal_lsn(conn))
+    sink.close()
+
+
 def _whole_topic(spark: Any, servers: str, prefix: str) -> Any:
     return (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
             .option("subscribePattern", table_topic_pattern(prefix))
@@ -150,3 +161,112 @@ def test_late_change_never_resurrects_a_deleted_row(
     assert result.equal, result
     changelog = spark.read.format("delta").load(f"{lake}/public.t__changelog")
     assert sorted(r["_pgcdc_op"] for r in changelog.collect()) == ["c", "c", "d", "u"]
+
+
+def _frozen(spark: Any, servers: str, prefix: str) -> Any:
+    """What the change topics hold now, as a DataFrame that later writes do not change."""
+    topic = _whole_topic(spark, servers, prefix)
+    return spark.createDataFrame(topic.collect(), topic.schema)
+
+
+def _since(everything: Any, before: Any) -> Any:
+    """The records of ``everything`` that ``before`` does not hold (the next micro-batch)."""
+    return everything.join(before.select("topic", "partition", "offset"),
+                           ["topic", "partition", "offset"], "left_anti")
+
+
+def test_renamed_columns_matched_by_identity(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """A rename keeps the column (Delta column mapping), with events of both names in one batch:
+    a -> c, then b -> a (a name reused by another column), and the key id -> pk."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b int, keep text)")
+    history = tmp_path / "catalog"
+    Pipeline(PipelineConfig(pg_dsn, tables=["public.t"], catalog_dir=history),
+             _NoSink()).prepare()
+    pg_conn.execute("INSERT INTO t SELECT g, 'a' || g, g, 'k' FROM generate_series(1, 20) g")
+    _capture_ddl(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn, history)
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    before = _frozen(spark, kafka_servers, topic_prefix)
+    apply_batch(spark, before, 0, catalog=job.read_catalog(spark, config), lake=lake,
+                app_id="rename")
+
+    pg_conn.execute("UPDATE t SET a = a || '!', b = -b WHERE id <= 5")  # old names
+    pg_conn.execute("ALTER TABLE t RENAME COLUMN a TO c")
+    pg_conn.execute("ALTER TABLE t RENAME COLUMN b TO a")
+    pg_conn.execute("UPDATE t SET c = c || '?', a = a + 100 WHERE id > 15")
+    pg_conn.execute("INSERT INTO t SELECT g, 'new' || g, g, 'k' FROM generate_series(21, 25) g")
+    pg_conn.execute("ALTER TABLE t RENAME COLUMN id TO pk")
+    pg_conn.execute("UPDATE t SET keep = 'z' WHERE pk IN (1, 16, 21)")
+    pg_conn.execute("DELETE FROM t WHERE pk IN (2, 17)")
+    _capture_ddl(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn, history)
+    catalog = job.read_catalog(spark, config)
+    (spec,) = catalog.tables()
+    assert len({v.version for v in catalog.versions(spec.oid)}) >= 3
+    batch = _since(_frozen(spark, kafka_servers, topic_prefix), before)
+    versions = {r[0] for r in batch.selectExpr(
+        "CAST(element_at(filter(headers, h -> h.key = 'pgcdc.table_version'), 1).value "
+        "AS STRING)").collect()}
+    assert len(versions) >= 3  # rows of the old and the new versions in one micro-batch
+    applied = apply_batch(spark, batch, 1, catalog=catalog, lake=lake, app_id="rename")
+    assert applied == {"public.t": 15}  # ids 1-5, 16-20 updated, 21-25 inserted
+
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, catalog.tables())
+    assert result.equal, result
+    delta = spark.read.format("delta").load(f"{lake}/public.t")
+    assert [n for n in delta.columns if not n.startswith("_pgcdc")] == ["pk", "c", "a", "keep"]
+    row = delta.where("pk = 16").collect()[0]
+    assert (row["c"], row["a"], row["keep"]) == ("a16?", 116, "z")
+    operations = [r["operation"] for r in spark.sql(
+        f"DESCRIBE HISTORY delta.`{lake}/public.t`").collect()]
+    assert operations.count("RENAME COLUMN") >= 3  # renamed in place, not added anew
+
+
+def test_truncate_is_a_table_tombstone(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """A truncate empties the table at its place in the stream; changes older than it that
+    arrive again later (a replay) never bring rows back."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    _prepare(pg_dsn, ["public.t"])
+    pg_conn.execute("INSERT INTO t SELECT g, 'old' FROM generate_series(1, 10) g")
+    _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    before = _frozen(spark, kafka_servers, topic_prefix)
+    apply_batch(spark, before, 0, catalog=job.read_catalog(spark, config), lake=lake,
+                app_id="truncate")
+    table = f"{lake}/public.t"
+    assert spark.read.format("delta").load(table).count() == 10
+
+    pg_conn.execute("UPDATE t SET v = 'doomed' WHERE id <= 3")
+    pg_conn.execute("TRUNCATE t")
+    pg_conn.execute("INSERT INTO t VALUES (1, 'after'), (11, 'after')")
+    _capture(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn)
+    catalog = job.read_catalog(spark, config)
+    everything = _frozen(spark, kafka_servers, topic_prefix)
+    apply_batch(spark, _since(everything, before), 1, catalog=catalog, lake=lake,
+                app_id="truncate")
+
+    def lake_rows() -> list[tuple[int, str]]:
+        return sorted((r["id"], r["v"]) for r in spark.read.format("delta").load(table)
+                      .collect())
+
+    assert lake_rows() == [(1, "after"), (11, "after")]
+    # the inserts before the truncate are replayed (a new query over the same lake)
+    apply_batch(spark, before, 0, catalog=catalog, lake=lake, app_id="replay")
+    assert lake_rows() == [(1, "after"), (11, "after")]
+    # and everything in one batch, into a fresh lake, gives the same
+    fresh = (tmp_path / "fresh").as_uri()
+    apply_batch(spark, everything, 0, catalog=catalog, lake=fresh, app_id="fresh")
+    with psycopg.connect(pg_dsn) as conn:
+        results = compare(conn, spark, lake, catalog.tables()) + compare(
+            conn, spark, fresh, catalog.tables())
+    assert all(r.equal for r in results), results
+    apply_batch(spark, before, 1, catalog=catalog, lake=fresh, app_id="fresh")
+    assert sorted((r["id"], r["v"]) for r in spark.read.format("delta")
+                  .load(f"{fresh}/public.t").collect()) == [(1, "after"), (11, "after")]
