@@ -424,19 +424,18 @@ def test_network_fault(side: str, mode: str, rig: Rig) -> None:
     assert max(window) < commits[0], "the slot passed a transaction Kafka did not have"
     if side == "postgres":
         assert "reconnecting" in err, f"pgcdc did not reconnect:\n{err}"
-    elif mode == RESET:
-        assert proxy.connections > connections, "the Kafka client did not reconnect"
+    # on the Kafka side librdkafka reconnects by itself: after a reset (every connection was
+    # reset) the outage batch on the topic (verify) is the proof
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pgcdc never notices a replication connection that went silent (no receive time-out, "
-    "no TCP keepalive/user time-out on the replication connection): decoder/replication.py "
-    "ReplicationConnection.read() waits on select() forever and Pipeline._session() loops"))
 def test_silently_dead_replication_connection(rig: Rig) -> None:
     """T7: the replication connection's flow dies without a reset (a firewall or NAT forgot
-    it); new connections work.  pgcdc must notice the silence and reconnect."""
+    it); new connections work.  pgcdc notices the silence (``--receive-timeout``: after half of
+    it a keepalive is asked for, after all of it the connection counts as dead) and
+    reconnects."""
     writer = Writer(rig.dsn, seed=77)
     pgcdc = rig.pgcdc()
+    pgcdc.argv += ["--receive-timeout", "6"]
     with wal_sender_timeout(rig.conn, "2s"), rig.sampler() as sampler:
         writer.write(rig.conn, 10)
         pgcdc.start()
@@ -446,8 +445,9 @@ def test_silently_dead_replication_connection(rig: Rig) -> None:
         rig.wait_for("the walsender to time out", lambda: rig.active_pid() is None, 30)
         writer.write(rig.conn, 10)
         rig.caught_up(pgcdc, timeout=60)
-        rig.finish(pgcdc)
+        err = rig.finish(pgcdc)
     rig.check(writer, sampler)
+    assert "receive_timeout" in err, f"pgcdc did not notice the silence:\n{err}"
 
 
 def test_silently_dead_kafka_connection(rig: Rig) -> None:
@@ -465,9 +465,10 @@ def test_silently_dead_kafka_connection(rig: Rig) -> None:
         rig.caught_up(pgcdc, timeout=110)
         rig.finish(pgcdc)
     verdict = rig.check(writer, sampler)
+    # the severed connections forward nothing, ever: the batch written after the cut is on
+    # the topic (verify), so the producer reconnected
     print(f"\nT7 kafka severed: {verdict.events} events, {verdict.distinct} distinct, "
           f"{rig.kafka_proxy.connections - connections} new connections")
-    assert rig.kafka_proxy.connections > connections, "the Kafka client did not reconnect"
 
 
 # --- T5: PostgreSQL crashes ---------------------------------------------------------------
@@ -506,12 +507,6 @@ def test_postgres_crash_mid_stream(rig: Rig) -> None:
     assert min(resent) > durable_at_crash, "a transaction durable before the crash was resent"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after crash recovery moves the slot's confirmed_flush_lsn back (it is persisted only at "
-    "checkpoints), pgcdc starts streaming from the slot, not from the position its progress "
-    "file holds, and resends transactions Kafka already had: pgcdc/pipeline.py "
-    "Pipeline.prepare() calls self._acks.start(info.confirmed_flush_lsn) although the stored "
-    "durable_lsn is ahead"))
 def test_postgres_crash_moves_the_slot_back(rig: Rig) -> None:
     """T5: a crash right after pgcdc stopped gracefully.  Crash recovery restores the slot as
     the last checkpoint saved it, behind what pgcdc confirmed and stored; a new pgcdc starts
