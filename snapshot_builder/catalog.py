@@ -87,12 +87,14 @@ class TableVersion:
     meta: str = field(init=False)
     # derived from ``columns`` once, since every encoded event asks for it
     key_columns: tuple[Column, ...] = field(init=False, repr=False, compare=False)
+    qualified_name: str = field(init=False, repr=False, compare=False)  # ``schema.name``
 
     def __post_init__(self) -> None:
         layout, meta = self._fingerprints()
         object.__setattr__(self, "layout", layout)
         object.__setattr__(self, "meta", meta)
         object.__setattr__(self, "key_columns", tuple(c for c in self.columns if c.is_key))
+        object.__setattr__(self, "qualified_name", f"{self.schema}.{self.name}")
 
     def _fingerprints(self) -> tuple[str, str]:
         layout = [(c.name, c.type_oid, c.typmod) for c in self.columns]
@@ -123,6 +125,7 @@ class TableVersion:
         put(table, "layout", layout)
         put(table, "meta", meta)
         put(table, "key_columns", tuple(c for c in columns if c.is_key))
+        put(table, "qualified_name", f"{schema}.{name}")
         return table
 
     def verify(self) -> None:
@@ -140,10 +143,6 @@ class TableVersion:
     def version(self) -> str:
         """``<layout>.<meta>``: equal exactly for identical definitions."""
         return f"{self.layout}.{self.meta}"
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.schema}.{self.name}"
 
     @property
     def identity_index(self) -> Index:
