@@ -15,16 +15,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from decoder.slot import current_wal_lsn, slot_info
+from pgcdc import cli
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer, make_certificates
 from sinks.kafka import topic_name
 from snapshot_builder import ddl
+from streaming import job
 from tests.oracle import PgcdcProcess, Writer, read_topic, verify
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -202,6 +205,34 @@ def test_a_wrong_sasl_password_fails_naming_sasl(pg_conn: Conn, pg_dsn: str,
                            "sasl.password / PGCDC_KAFKA_SASL_PASSWORD): "), last
     assert "SASL authentication error" in last
     assert SASL_PASSWORD not in result.stderr
+
+
+def test_spark_reads_through_sasl_with_a_properties_file(
+        spark: Any, pg_conn: Conn, pg_dsn: str, sasl_broker: KafkaBroker, topic_prefix: str,
+        tmp_path: Path) -> None:
+    """``pgcdc spark --kafka-properties``: the Java client's JAAS line, kept out of argv."""
+    _ledger(pg_conn)
+    Writer(pg_dsn, seed=1).write(pg_conn, 3)
+    _stream_until_caught_up(PgcdcProcess(pg_dsn, sasl_broker.bootstrap_servers, topic_prefix,
+                                         tmp_path / "progress.json"), pg_conn)
+    properties = tmp_path / "spark-kafka.properties"
+    properties.write_text(
+        "# the Java Kafka client's names\nsasl.mechanism=SCRAM-SHA-512\n"
+        "kafka.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+        f'required username="{SASL_USER}" password="{SASL_PASSWORD}";\n')
+    args = cli._parser().parse_args([
+        "spark", "--bootstrap-servers", sasl_broker.sasl_bootstrap_servers,
+        "--topic-prefix", topic_prefix, "--lake", str(tmp_path / "lake"),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--kafka-properties", str(properties),
+        "--kafka-option", "security.protocol=SASL_PLAINTEXT"])
+    config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
+                           topic_prefix=args.topic_prefix,
+                           kafka_options=cli._spark_kafka_options(args))
+    row = pg_conn.execute("SELECT 'ledger'::regclass::oid").fetchone()
+    assert row is not None
+    ledger = job.read_catalog(spark, config).latest(int(str(row[0])))
+    assert ledger.qualified_name == "public.ledger"
+    assert [c.name for c in ledger.columns] == ["id", "version", "payload"]
 
 
 # --- SSL to Kafka ----------------------------------------------------------------------------
