@@ -38,21 +38,25 @@ Types are catalog objects too: a ``put_type`` / ``drop_type`` DDL message goes
 through the same overlay and becomes a version at commit, whether or not a table
 uses the type.
 
-Compaction (:meth:`SnapshotBuilder.compact_below`) is driven by the slot: the
-caller passes the oldest LSN anything may still need (the slot's
-``restart_lsn`` and the durable position, whichever is lower), a
-:class:`RetentionPolicy` keeps more, and the version effective there is kept.
+Compaction is driven by the slot: :meth:`SnapshotBuilder.compact_for_slot`
+reads the slot's ``restart_lsn`` from the server (never the position pgcdc last
+sent, which a crash may have kept from the server) and calls
+:meth:`SnapshotBuilder.compact_below` with it; the version effective there and
+every later one stay, and a :class:`RetentionPolicy` keeps more.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
+import psycopg
+
+from decoder.lsn import parse_lsn
 from decoder.pgoutput import Relation, Type
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import RelationCatalog, TableVersion
@@ -119,6 +123,7 @@ class SnapshotBuilder:
         self._type_overlay: dict[int, TypeVersion | None] = {}
         self._pending: list[Change] = []
         self._view: Catalog | None = None  # set while replaying below the latest version
+        self._last_compaction = float("-inf")
 
     @property
     def generation(self) -> int:
@@ -214,10 +219,12 @@ class SnapshotBuilder:
     def compact_below(self, horizon_lsn: int, policy: RetentionPolicy | None = None, *,
                       now: float | None = None) -> int:
         """Compact the history below ``horizon_lsn``, the oldest LSN anything may still
-        need: the slot's ``restart_lsn`` or the durable (stored) position, whichever is
-        lower.  The version effective at the horizon and every later one stay, and so
-        does what ``policy`` retains; returns how many versions were dropped (0 when
-        fewer than ``policy.min_drop`` would go).  Never before the builder started."""
+        need: at most the slot's ``restart_lsn`` as the server reports it (what
+        :meth:`compact_for_slot` passes); every retained event and every transaction the
+        slot may send again commits after it.  The version effective at the horizon and
+        every later one stay, and so does what ``policy`` retains; returns how many
+        versions were dropped (0 when fewer than ``policy.min_drop`` would go).  Never
+        before the builder started."""
         policy = policy or RetentionPolicy()
         history = self.history
         if self.state is BuilderState.START or horizon_lsn <= history.base.lsn:
@@ -244,6 +251,33 @@ class SnapshotBuilder:
                  latest)
         self.checkpoint()
         return dropped
+
+    def compact_for_slot(self, connection: Callable[[], psycopg.Connection[Any]], slot: str,
+                         policy: RetentionPolicy | None = None, *,
+                         every: float = 60.0) -> int:
+        """:meth:`compact_below` the slot's ``restart_lsn`` as the server reports it, at most
+        every ``every`` seconds (call it at every status update).
+
+        The server's value, not the position pgcdc last sent: a status update lost in a
+        crash leaves the slot behind it, and the slot replays from where it really is.
+        ``connection`` returns a normal (not replication) connection.  A failed sample
+        skips this compaction (logged); it never stops streaming."""
+        now = time.monotonic()
+        if now - self._last_compaction < every:
+            return 0
+        self._last_compaction = now
+        try:
+            row = connection().execute(
+                "SELECT restart_lsn::text, confirmed_flush_lsn::text FROM pg_replication_slots "
+                "WHERE slot_name = %s", (slot,)).fetchone()
+        except psycopg.OperationalError as exc:
+            log.warning("cannot read the position of slot %s to compact the catalog history: "
+                        "%s", slot, exc)
+            return 0
+        if row is None or row[0] is None or row[1] is None:
+            return 0  # no slot, or an invalidated one: keep everything
+        horizon = min(parse_lsn(str(row[0])), parse_lsn(str(row[1])))
+        return self.compact_below(horizon, policy)
 
     # --- the stream -----------------------------------------------------------------------
 

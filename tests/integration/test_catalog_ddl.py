@@ -327,3 +327,44 @@ def test_ddl_sent_again_after_a_restart_before_the_flush(pg_conn: Conn, pg_dsn: 
     assert [_cols(e) for e in second.events] == [["id", "a"], ["id", "a", "b"]]
     assert restarted.builder.history.latest.version == versions
     assert [e.table.version for e in second.events] == [e.table.version for e in held.events]
+
+
+def test_compaction_driven_by_the_slot(pg_conn: Conn, pg_dsn: str, tmp_path: Path) -> None:
+    """The history is compacted below the slot's restart_lsn as the server reports it, and
+    a restart afterwards resumes and decodes as before."""
+    from decoder.slot import slot_info
+    from snapshot_builder.builder import RetentionPolicy
+
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"], catalog_dir=tmp_path / "catalog")
+    for i in range(10):
+        pg_conn.execute(psycopg.sql.SQL("ALTER TABLE t ADD COLUMN {} int").format(
+            psycopg.sql.Identifier(f"c{i}")))
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    old_versions = pipeline.builder.history.latest.version
+    for _ in range(3):  # the server moves restart_lsn at its running-transactions records
+        pg_conn.execute("CHECKPOINT")
+        pg_conn.execute("INSERT INTO t (id) VALUES (-1) ON CONFLICT (id) DO NOTHING")
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    pg_conn.execute("ALTER TABLE t ADD COLUMN last int")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    info = slot_info(pg_conn, "pgcdc")
+    assert info is not None and info.restart_lsn is not None
+    history = pipeline.builder.history
+    expected = history.catalog_at(info.restart_lsn).version
+    assert expected >= old_versions, "restart_lsn did not pass the first DDL"
+
+    policy = RetentionPolicy(keep_versions=0, min_drop=1)
+    dropped = pipeline.builder.compact_for_slot(lambda: pg_conn, "pgcdc", policy, every=0)
+    assert dropped == expected > 0 and history.base.version == expected
+    assert history.base.lsn <= info.restart_lsn
+    assert pipeline.builder.compact_for_slot(lambda: pg_conn, "pgcdc", policy) == 0  # rate
+
+    second = RecordingSink()
+    restarted = _pipeline(pg_dsn, second, ["public.t"], catalog_dir=tmp_path / "catalog")
+    assert restarted.builder.history.base.version == expected
+    pg_conn.execute("INSERT INTO t (id, last) VALUES (1, 7)")
+    restarted.run(until_lsn=current_wal_lsn(pg_conn))
+    (event,) = second.events
+    assert _cols(event)[-1] == "last" and event.after is not None and event.after["last"] == 7
