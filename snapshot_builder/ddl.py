@@ -235,6 +235,14 @@ def installed(conn: psycopg.Connection[Any]) -> bool:
     return row is not None and row[0] == 2
 
 
+def current(conn: psycopg.Connection[Any]) -> bool:
+    """Installed by this pgcdc: the triggers and type capture (``pgcdc.type_definition``).
+    An older installation captures tables only; :func:`install` upgrades it in place."""
+    row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL")\
+        .fetchone()
+    return installed(conn) and row is not None and bool(row[0])
+
+
 def install(conn: psycopg.Connection[Any]) -> None:
     """Install (or update) the DDL capture; needs a superuser."""
     try:

@@ -368,3 +368,17 @@ def test_compaction_driven_by_the_slot(pg_conn: Conn, pg_dsn: str, tmp_path: Pat
     restarted.run(until_lsn=current_wal_lsn(pg_conn))
     (event,) = second.events
     assert _cols(event)[-1] == "last" and event.after is not None and event.after["last"] == 7
+
+
+def test_an_older_capture_without_types_is_upgraded_in_place(pg_conn: Conn) -> None:
+    from snapshot_builder import ddl
+
+    ddl.install(pg_conn)
+    assert ddl.current(pg_conn)
+    pg_conn.execute("DROP FUNCTION pgcdc.emit_type(oid)")  # as an older pgcdc left it
+    pg_conn.execute("DROP FUNCTION pgcdc.type_definition(oid) CASCADE")
+    pg_conn.execute(ddl.INSTALL_SQL.split("CREATE OR REPLACE FUNCTION pgcdc.type_definition")[0])
+    assert ddl.installed(pg_conn) and not ddl.current(pg_conn)
+    ddl.install(pg_conn)
+    assert ddl.current(pg_conn)
+    pg_conn.execute("CREATE TYPE mood AS ENUM ('a')")  # the trigger captures types again
