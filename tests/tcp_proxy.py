@@ -76,7 +76,7 @@ class TcpProxy:
     def sever(self) -> int:
         """Silently kill the connections open now (they forward nothing from here on and are
         never closed); new connections are not affected.  Returns how many were severed."""
-        return self._call(self._sever())
+        return int(self._call(self._sever()))
 
     def open_connections(self) -> int:
         return len(self._links)
