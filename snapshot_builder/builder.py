@@ -148,7 +148,8 @@ class SnapshotBuilder:
         """A restart with persisted history: the state saved at the last checkpoint
         (CONSISTENT, or FULL_SNAPSHOT with the transactions still to wait for).
 
-        ``lsn``: where the slot resumes (its confirmed flush position).  Transactions
+        ``lsn``: where streaming starts (the slot's confirmed flush position, or the
+        stored progress when crash recovery moved the slot behind it).  Transactions
         after it whose catalog changes were already persisted come again; they decode
         with the catalog as it was at their place, not with the latest."""
         if lsn is not None and lsn < self.history.latest.lsn:
@@ -253,10 +254,11 @@ class SnapshotBuilder:
         return dropped
 
     def compact_for_slot(self, connection: Callable[[], psycopg.Connection[Any]], slot: str,
-                         policy: RetentionPolicy | None = None, *,
+                         policy: RetentionPolicy | None = None, *, stored_lsn: int = -1,
                          every: float = 60.0) -> int:
-        """:meth:`compact_below` the slot's ``restart_lsn`` as the server reports it, at most
-        every ``every`` seconds (call it at every status update).
+        """:meth:`compact_below` the slot's ``restart_lsn`` as the server reports it (and
+        ``stored_lsn``, the stored progress, if lower), at most every ``every`` seconds
+        (call it at every status update).
 
         The server's value, not the position pgcdc last sent: a status update lost in a
         crash leaves the slot behind it, and the slot replays from where it really is.
@@ -277,6 +279,8 @@ class SnapshotBuilder:
         if row is None or row[0] is None or row[1] is None:
             return 0  # no slot, or an invalidated one: keep everything
         horizon = min(parse_lsn(str(row[0])), parse_lsn(str(row[1])))
+        if stored_lsn >= 0:
+            horizon = min(horizon, stored_lsn)
         return self.compact_below(horizon, policy)
 
     # --- the stream -----------------------------------------------------------------------

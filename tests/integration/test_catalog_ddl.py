@@ -360,6 +360,8 @@ def test_compaction_driven_by_the_slot(pg_conn: Conn, pg_dsn: str, tmp_path: Pat
     assert dropped == expected > 0 and history.base.version == expected
     assert history.base.lsn <= info.restart_lsn
     assert pipeline.builder.compact_for_slot(lambda: pg_conn, "pgcdc", policy) == 0  # rate
+    assert pipeline.builder.compact_for_slot(lambda: pg_conn, "pgcdc", policy, every=0,
+                                             stored_lsn=history.base.lsn - 1) == 0
 
     second = RecordingSink()
     restarted = _pipeline(pg_dsn, second, ["public.t"], catalog_dir=tmp_path / "catalog")
