@@ -61,6 +61,8 @@ from snapshot_builder import ddl
 from snapshot_builder.builder import BuilderState, SnapshotBuilder
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import CatalogHistory, HistoryFile
+from snapshot_builder.incremental import PREFIX as WATERMARK_PREFIX
+from snapshot_builder.incremental import IncrementalSnapshots
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +155,12 @@ class _OpenTransaction:
 
 
 class Pipeline:
-    def __init__(self, config: PipelineConfig, sink: Sink) -> None:
+    def __init__(self, config: PipelineConfig, sink: Sink, *,
+                 incremental: IncrementalSnapshots | None = None) -> None:
         self.config = config
         self.sink = sink
+        # incremental snapshots (snapshot_builder/incremental.py): sees every event and watermark
+        self._incremental = incremental
         self.builder = SnapshotBuilder()
         self.progress = Progress()
         self.pending = PendingTransactions(memory_limit=config.spill_memory,
@@ -416,6 +421,9 @@ class Pipeline:
         elif isinstance(message, pg.LogicalMessage) and message.prefix == ddl.PREFIX:
             if message.transactional and self._txn is not None:
                 self._on_ddl(message, lsn)
+        elif isinstance(message, pg.LogicalMessage) and message.prefix == WATERMARK_PREFIX:
+            if self._incremental is not None and not message.transactional:
+                self._incremental.on_watermark(message.content, lsn)
         elif isinstance(message, pg.LogicalMessage):
             if message.prefix != HEARTBEAT_PREFIX:
                 txn = self._txn if message.transactional else None
@@ -562,8 +570,11 @@ class Pipeline:
         if txn is None:
             msg = f"{op!r} change outside a transaction"
             raise DecodeError(msg, tag=None, offset=0)
-        self.sink.write(ChangeEvent(op, table, before, after, unchanged, txn.commit_lsn, lsn,
-                                    txn.ordinal, txn.xid, txn.commit_time))
+        event = ChangeEvent(op, table, before, after, unchanged, txn.commit_lsn, lsn,
+                            txn.ordinal, txn.xid, txn.commit_time)
+        self.sink.write(event)
+        if self._incremental is not None:
+            self._incremental.on_change(event)
         txn.ordinal += 1
         self.progress.events += 1
         key = (table.qualified_name, op)

@@ -1,0 +1,664 @@
+"""Incremental snapshots while streaming: DBLog's watermarks, with PostgreSQL's visibility.
+
+A table (or a key range of it) is read in chunks of ``chunk_size`` rows in primary-key order
+by a background thread on its own connection, while the pipeline keeps streaming. For each
+chunk the thread writes a LOW watermark (a non-transactional logical message, prefix
+``pgcdc.watermark``), reads the chunk in a REPEATABLE READ transaction that also returns
+its snapshot ``S`` (``pg_current_snapshot()``), and writes a HIGH watermark. No lock is
+taken. When the stream reaches HIGH, the main loop (the only thread that touches the sink)
+writes the chunk's rows as read events at ``(HIGH - 1, row)``, except the rows whose key a
+streamed transaction *invisible to S* changed: the stream carries a newer state of those.
+
+Why not DBLog's rule alone (drop the keys changed between LOW and HIGH): in PostgreSQL a
+transaction's commit record is written before the transaction becomes visible (the flush,
+then ``ProcArrayEndTransaction``), so a transaction committing *before* LOW in the WAL can
+still be invisible to ``S``; its change streams before LOW, the chunk holds the older row,
+and a read placed after it would bring the old row back. The main loop therefore records,
+for the tables being read, the keys every streamed transaction changed (by xid) and drops a
+chunk row when any recorded transaction invisible to ``S`` changed its key; records are
+forgotten once a chunk's snapshot sees their transaction. docs/incremental-snapshot.md has
+the whole argument.
+
+Triggers are rows of ``pgcdc.signal (id, type, data)`` that the thread polls every
+``poll_interval`` seconds: ``execute-snapshot`` (``{"tables": [...], "from_key": [...],
+"to_key": [...], "surrogate_key": [...]}``), ``pause-snapshot``, ``resume-snapshot``,
+``stop-snapshot`` (``{"tables": [...]}`` or every table). The state (jobs, the last key
+read durably, paused, the last signal applied) is a JSON file replaced atomically; a chunk
+counts as done only once the sink made its read events durable, so a restart continues
+after the last durable chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from decoder.change import READ, ChangeEvent, Row, RowDecoder
+from decoder.replication import SESSION_OPTIONS, now_pg_micros
+from decoder.types import load_types
+from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from pgcdc.errors import TerminalError
+from sinks.sink import Sink
+from snapshot_builder import ddl
+from snapshot_builder.catalog import TableVersion
+from snapshot_builder.published import PublishedTable, fetch_published_tables
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+PREFIX: Final = "pgcdc.watermark"
+SIGNALS: Final = ("execute-snapshot", "pause-snapshot", "resume-snapshot", "stop-snapshot")
+_ALL: Final = ("\x00all",)  # a TRUNCATE: every key of the table
+_SIGNAL_TABLE: Final = """
+CREATE SCHEMA IF NOT EXISTS pgcdc;
+CREATE TABLE IF NOT EXISTS pgcdc.signal (
+    id bigserial PRIMARY KEY,
+    type text NOT NULL,
+    data jsonb NOT NULL DEFAULT '{}'::jsonb,
+    created_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+class IncrementalSnapshotError(TerminalError):
+    """A snapshot request that cannot be served (no such table, no usable key, ...)."""
+
+
+# --- signals and state ---------------------------------------------------------------------
+
+
+def install_signal_table(conn: Conn) -> None:
+    """Create ``pgcdc.signal`` unless it exists (two creators at once: one wins)."""
+    row = conn.execute("SELECT pg_catalog.to_regclass('pgcdc.signal') IS NOT NULL").fetchone()
+    if row is not None and row[0]:
+        return
+    try:
+        with conn.transaction():
+            conn.execute(_SIGNAL_TABLE)
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
+            psycopg.errors.DuplicateTable, psycopg.errors.DuplicateSchema):
+        pass  # created by someone else meanwhile
+
+
+def send_signal(conn: Conn, kind: str, data: dict[str, Any]) -> int:
+    """Insert a signal row for the running pgcdc; returns its id."""
+    if kind not in SIGNALS:
+        msg = f"unknown signal {kind!r}; use one of {', '.join(SIGNALS)}"
+        raise IncrementalSnapshotError(msg)
+    install_signal_table(conn)
+    row = conn.execute("INSERT INTO pgcdc.signal (type, data) VALUES (%s, %s) RETURNING id",
+                       (kind, Jsonb(data))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@dataclass
+class Job:
+    """One table to read: its key (a surrogate one when named), the range, how far it got."""
+
+    table: str  # as requested; resolved with ::regclass
+    surrogate_key: list[str] | None = None
+    from_key: list[str] | None = None  # inclusive lower bound, one text value per key column
+    to_key: list[str] | None = None  # inclusive upper bound
+    after: list[str] | None = None  # the last key whose chunk is durable (text values)
+    chunks: int = 0
+    rows: int = 0
+
+
+@dataclass
+class State:
+    jobs: list[Job] = field(default_factory=list)
+    paused: bool = False
+    signal_id: int = 0
+    done: list[dict[str, Any]] = field(default_factory=list)  # finished or failed jobs
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> State:
+        return cls([Job(**j) for j in data.get("jobs", [])], bool(data.get("paused")),
+                   int(data.get("signal_id", 0)), list(data.get("done", [])))
+
+
+class StateStore:
+    """The state file, replaced atomically (write, fsync, rename)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def load(self) -> State:
+        if self.path is None or not self.path.exists():
+            return State()
+        try:
+            return State.from_dict(json.loads(self.path.read_text()))
+        except (ValueError, TypeError) as exc:
+            msg = (f"incremental snapshot state {self.path} is unreadable ({exc}); remove it "
+                   "and trigger the snapshot again")
+            raise IncrementalSnapshotError(msg) from None
+
+    def save(self, state: State) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w") as fh:
+            json.dump(asdict(state), fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+
+# --- what a chunk's snapshot sees ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """A ``pg_snapshot`` (``xmin:xmax:xip,...``, 64-bit xids); tells whether a streamed
+    transaction (a 32-bit xid from pgoutput) was visible to it."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> Visibility:
+        xmin, xmax, xip = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+    def full_xid(self, xid: int) -> int:
+        """The 64-bit xid of a 32-bit one: the nearest at or below ``xmax``'s epoch."""
+        full = (self.xmax & ~0xFFFFFFFF) | (xid & 0xFFFFFFFF)
+        return full - (1 << 32) if full > self.xmax and full >= 1 << 32 else full
+
+    def sees(self, xid: int) -> bool:
+        """Whether a *committed* transaction was visible to this snapshot."""
+        full = self.full_xid(xid)
+        return full < self.xmax and full not in self.xip
+
+
+class ChangedKeys:
+    """Keys changed by streamed transactions, by xid: pure bookkeeping of the main loop."""
+
+    def __init__(self) -> None:
+        self._by_xid: dict[int, set[tuple[Any, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_xid)
+
+    def record(self, xid: int, key: tuple[Any, ...]) -> None:
+        keys = self._by_xid.get(xid)
+        if keys is None:
+            keys = self._by_xid[xid] = set()
+        keys.add(key)
+
+    def superseded(self, snapshot: Visibility) -> set[tuple[Any, ...]]:
+        """Keys changed by a recorded transaction the snapshot did not see."""
+        out: set[tuple[Any, ...]] = set()
+        for xid, keys in self._by_xid.items():
+            if not snapshot.sees(xid):
+                out |= keys
+        return out
+
+    def forget_seen(self, snapshot: Visibility) -> None:
+        """Every later snapshot sees what this one saw: those records can go."""
+        for xid in [x for x in self._by_xid if snapshot.sees(x)]:
+            del self._by_xid[xid]
+
+    def clear(self) -> None:
+        self._by_xid.clear()
+
+
+# --- the table being read ------------------------------------------------------------------
+
+
+@dataclass
+class _Target:
+    """A job resolved against the catalog: version, key columns, decoder."""
+
+    published: PublishedTable
+    key: tuple[str, ...]
+    key_index: tuple[int, ...]
+    decoder: RowDecoder
+
+    @property
+    def table(self) -> TableVersion:
+        return self.published.table
+
+
+@dataclass
+class Chunk:
+    number: int
+    target: _Target
+    rows: list[Row]
+    keys: list[tuple[Any, ...]]
+    last: list[str]  # the text of the last row's key: where the next chunk starts
+    snapshot: Visibility
+    low: int
+    commit_time: int
+    high: int = 0
+    emitted: bool = False
+    durable: threading.Event = field(default_factory=threading.Event)
+
+
+def resolve(conn: Conn, publication: str, job: Job) -> _Target:
+    """The job's table, its version and key; a clear error when it cannot be read."""
+    try:
+        row = conn.execute("SELECT %s::regclass::oid", (job.table,)).fetchone()
+    except psycopg.errors.UndefinedTable:
+        msg = f"table {job.table!r} does not exist; name it as schema.table"
+        raise IncrementalSnapshotError(msg) from None
+    except psycopg.errors.InvalidName:
+        msg = f"{job.table!r} is not a table name; name it as schema.table"
+        raise IncrementalSnapshotError(msg) from None
+    assert row is not None
+    tables = fetch_published_tables(conn, publication, sizes=False,
+                                    captured=ddl.installed(conn))
+    published = tables.get(int(row[0]))
+    if published is None:
+        msg = (f"table {job.table} is not in publication {publication!r}; add it "
+               f"(ALTER PUBLICATION {publication} ADD TABLE ...) before snapshotting it")
+        raise IncrementalSnapshotError(msg)
+    table = published.table
+    names = [c.name for c in table.columns]
+    if job.surrogate_key:
+        missing = [k for k in job.surrogate_key if k not in names]
+        if missing:
+            msg = (f"surrogate key column(s) {', '.join(missing)} not in {table.qualified_name}"
+                   f" (published columns: {', '.join(names)})")
+            raise IncrementalSnapshotError(msg)
+        key = tuple(job.surrogate_key)
+    elif table.replica_identity in ("d", "i") and table.key_columns:
+        key = tuple(c.name for c in table.key_columns)
+    else:
+        msg = (f"table {table.qualified_name} has no primary key (replica identity "
+               f"{table.replica_identity!r}); an incremental snapshot reads in key order: add "
+               "a primary key, or name unique, NOT NULL columns with --surrogate-key")
+        raise IncrementalSnapshotError(msg)
+    for bound in (job.from_key, job.to_key):
+        if bound is not None and len(bound) != len(key):
+            msg = (f"a key bound of {table.qualified_name} needs {len(key)} value(s), one per "
+                   f"key column ({', '.join(key)}); got {len(bound)}")
+            raise IncrementalSnapshotError(msg)
+    registry = TypeRegistry()
+    custom = [c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID]
+    if custom:
+        load_types(conn, custom, registry)
+    return _Target(published, key, tuple(names.index(k) for k in key),
+                   RowDecoder(table, registry.decoder_for))
+
+
+def chunk_query(target: _Target, job: Job, size: int) -> sql.Composed:
+    """``COPY (SELECT <columns> FROM t WHERE key > last [AND key <= to] ORDER BY key LIMIT
+    n) TO STDOUT``; the bounds are quoted literals (COPY takes no parameters), typed by the
+    key columns they are compared with."""
+    table = target.table
+    key, values = _key_expr(target.key), _values
+    where: list[sql.Composable] = []
+    if job.after is not None:
+        where.append(sql.SQL("{} > {}").format(key, values(job.after)))
+    elif job.from_key is not None:
+        where.append(sql.SQL("{} >= {}").format(key, values(job.from_key)))
+    if job.to_key is not None:
+        where.append(sql.SQL("{} <= {}").format(key, values(job.to_key)))
+    if target.published.row_filter is not None:
+        where.append(sql.SQL("({})").format(sql.SQL(target.published.row_filter)))
+    condition = sql.SQL(" AND ").join(where) if where else sql.SQL("true")
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}) TO STDOUT").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns),
+        sql.Identifier(table.schema, table.name), condition,
+        sql.SQL(", ").join(sql.Identifier(k) for k in target.key), sql.Literal(size))
+
+
+# --- the coordinator -----------------------------------------------------------------------
+
+
+class IncrementalSnapshots:
+    """Signals, the chunk thread and the main loop's side of the watermarks.
+
+    Threads: :meth:`start` runs the chunk thread (its own connection); the pipeline's loop
+    calls :meth:`on_change` for every event and :meth:`on_watermark` for every message with
+    the prefix ``pgcdc.watermark``; only those two write to the sink.
+    """
+
+    def __init__(self, dsn: str, sink: Sink, *, slot: str = "pgcdc", publication: str = "pgcdc",
+                 state_file: Path | None = None, chunk_size: int = 1024,
+                 poll_interval: float = 1.0) -> None:
+        if chunk_size < 1:
+            msg = f"the incremental snapshot chunk size must be >= 1 (got {chunk_size})"
+            raise IncrementalSnapshotError(msg)
+        self.dsn = dsn
+        self.sink = sink
+        self.slot = slot
+        self.publication = publication
+        self.chunk_size = chunk_size
+        self.poll_interval = poll_interval
+        self.store = StateStore(state_file)
+        self.state = self.store.load()
+        self._run = uuid.uuid4().hex  # watermarks of an earlier process are not ours
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        # the main loop's side
+        self._keys: dict[int, tuple[str, ...]] = {}  # table OID -> key columns being read
+        self._changed = ChangedKeys()
+        self._chunk: Chunk | None = None  # the chunk whose HIGH the stream has not passed
+        self._published: set[tuple[int, str]] = set()
+        self.chunks_emitted = 0
+        self.rows_emitted = 0
+        self.rows_superseded = 0
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> IncrementalSnapshots:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._main, name="pgcdc-incremental",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def __enter__(self) -> IncrementalSnapshots:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def idle(self) -> bool:
+        """No job left (every requested table read, failed or cancelled)."""
+        with self._lock:
+            return not self.state.jobs
+
+    # --- the main loop's side -----------------------------------------------------------------
+
+    def on_change(self, event: ChangeEvent) -> None:
+        """Every streamed event: remember the keys changed in tables being read."""
+        names = self._keys.get(event.table.oid)
+        if names is None:
+            return
+        if event.op == "t":
+            self._changed.record(event.xid, _ALL)
+            return
+        for row in (event.before, event.after):
+            if row is not None:
+                self._changed.record(event.xid, tuple(row.get(n) for n in names))
+
+    def on_watermark(self, content: bytes, lsn: int) -> None:
+        """A watermark came through the slot: at HIGH, the chunk's rows go to the sink."""
+        try:
+            mark = json.loads(content)
+        except ValueError:
+            return
+        if mark.get("slot") != self.slot or mark.get("run") != self._run:
+            return  # another slot's, or an earlier process's
+        chunk = self._chunk
+        if chunk is not None and mark.get("kind") == "high" and mark.get("chunk") == chunk.number:
+            if chunk.high == 0:
+                chunk.high = lsn
+            self._emit(chunk)  # again after a reconnect that lost it: same positions
+        self._check_durable()
+
+    def _emit(self, chunk: Chunk) -> None:
+        table = chunk.target.table
+        if (table.oid, table.version) not in self._published:
+            self.sink.publish_table(table, chunk.high - 1)
+            self._published.add((table.oid, table.version))
+        superseded = self._changed.superseded(chunk.snapshot)
+        everything = _ALL in superseded
+        position = chunk.high - 1  # after every commit before HIGH, before every one after
+        written = 0
+        for row_number, (key, row) in enumerate(zip(chunk.keys, chunk.rows, strict=True)):
+            if everything or key in superseded:
+                continue
+            self.sink.write(ChangeEvent(READ, table, None, row, (), position, position,
+                                        row_number, 0, chunk.commit_time))
+            written += 1
+        self.sink.end_transaction(chunk.high)
+        self._changed.forget_seen(chunk.snapshot)
+        if not chunk.emitted:
+            chunk.emitted = True
+            self.chunks_emitted += 1
+            self.rows_emitted += written
+            self.rows_superseded += len(chunk.rows) - written
+
+    def _check_durable(self) -> None:
+        chunk = self._chunk
+        if chunk is None or not chunk.emitted:
+            return
+        durable = self.sink.durable_lsn()
+        if durable is not None and durable >= chunk.high:
+            self._chunk = None
+            chunk.durable.set()
+
+    # --- the chunk thread ---------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
+                install_signal_table(conn)
+                self._loop(conn)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("incremental snapshot stopped")
+
+    def _loop(self, conn: Conn) -> None:
+        target: _Target | None = None
+        target_job: Job | None = None
+        next_poll = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_poll:
+                self._poll_signals(conn)
+                next_poll = time.monotonic() + self.poll_interval
+            with self._lock:
+                job = None if self.state.paused or not self.state.jobs else self.state.jobs[0]
+            if job is None:
+                self._keys.clear()
+                target = target_job = None
+                self._stop.wait(min(self.poll_interval, 0.2))
+                continue
+            if job is not target_job:
+                target_job, target = job, self._activate(conn, job)
+                if target is None:
+                    continue
+            assert target is not None
+            finished = self._read_chunk(conn, job, target)
+            if finished:
+                self._finish(job, "complete")
+                target = target_job = None
+
+    def _activate(self, conn: Conn, job: Job) -> _Target | None:
+        try:
+            target = resolve(conn, self.publication, job)
+        except IncrementalSnapshotError as exc:
+            log.error("incremental snapshot of %s: %s", job.table, exc)
+            self._finish(job, "failed", str(exc))
+            return None
+        self._keys.clear()
+        self._changed.clear()  # not under the main loop's feet: nothing recorded is kept
+        self._keys[target.table.oid] = target.key
+        self._wait_commit_tails(conn)
+        log.info("incremental snapshot of %s by (%s) from %s", target.table.qualified_name,
+                 ", ".join(target.key), job.after or job.from_key or "the start")
+        return target
+
+    def _wait_commit_tails(self, conn: Conn, timeout: float = 60.0) -> None:
+        """Changes streamed before the keys were recorded are safe only if every chunk's
+        snapshot sees them: wait while a transaction is committed (clog) but not yet
+        visible (a synchronous-replication wait, or the instant after the flush)."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            row = conn.execute(
+                "SELECT count(*) FROM pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot())"
+                " x WHERE pg_catalog.pg_xact_status(x) = 'committed'").fetchone()
+            if row is None or row[0] == 0:
+                return
+            if time.monotonic() > deadline:
+                log.warning("%d transaction(s) committed but not visible for %.0f s "
+                            "(synchronous replication?); the incremental snapshot goes on",
+                            row[0], timeout)
+                return
+            time.sleep(0.01)
+
+    def _emit_mark(self, conn: Conn, kind: str, chunk: int) -> int:
+        """A non-transactional logical message, flushed at once (the transaction that writes
+        it gets an xid, so its commit flushes the WAL up to it)."""
+        content = json.dumps({"slot": self.slot, "run": self._run, "kind": kind,
+                              "chunk": chunk})
+        with conn.transaction():
+            row = conn.execute("SELECT pg_catalog.pg_logical_emit_message(false, %s, %s)::text",
+                               (PREFIX, content)).fetchone()
+            conn.execute("SELECT pg_catalog.pg_current_xact_id()")
+        assert row is not None
+        return _lsn(str(row[0]))
+
+    def _read_chunk(self, conn: Conn, job: Job, target: _Target) -> bool:
+        """One chunk: LOW, the rows under a snapshot, HIGH; then wait until they are durable.
+        True when the range is exhausted."""
+        number = job.chunks
+        low = self._emit_mark(conn, "low", number)
+        rows: list[Row] = []
+        keys: list[tuple[Any, ...]] = []
+        last: list[str] = []
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        try:
+            with conn.transaction():
+                row = conn.execute("SELECT pg_catalog.pg_current_snapshot()::text").fetchone()
+                assert row is not None
+                snapshot = Visibility.parse(str(row[0]))
+                commit_time = now_pg_micros()
+                decode, index = target.decoder.decode, target.key_index
+                with conn.cursor() as cur, cur.copy(chunk_query(target, job,
+                                                                self.chunk_size)) as copy:
+                    for raw in copy.rows():
+                        after = decode(raw)[0]
+                        rows.append(after)
+                        keys.append(tuple(after.get(k) for k in target.key))
+                        last = [raw[i] for i in index]
+        finally:
+            conn.isolation_level = None
+        if not rows:
+            return True
+        if any(v is None for v in last):
+            msg = (f"a key column of {target.table.qualified_name} is NULL; a surrogate key "
+                   "must be unique and NOT NULL")
+            raise IncrementalSnapshotError(msg)
+        chunk = Chunk(number, target, rows, keys, last, snapshot, low, commit_time)
+        self._chunk = chunk  # before HIGH exists, so the main loop always finds it
+        self._emit_mark(conn, "high", number)
+        # wait for the main loop to write the rows and the sink to make them durable; a tick
+        # gives the loop a chance to look (it only looks when a watermark passes)
+        while not chunk.durable.wait(0.2):
+            if self._stop.is_set():
+                return False
+            self._emit_mark(conn, "tick", number)
+        with self._lock:
+            job.after = last
+            job.chunks += 1
+            job.rows += len(rows)
+            cancelled = job not in self.state.jobs
+            if not cancelled:
+                self.store.save(self.state)
+        return len(rows) < self.chunk_size or cancelled
+
+    def _finish(self, job: Job, status: str, error: str | None = None) -> None:
+        with self._lock:
+            if job in self.state.jobs:
+                self.state.jobs.remove(job)
+                self.state.done.append({"table": job.table, "status": status, "error": error,
+                                        "chunks": job.chunks, "rows": job.rows})
+                self.store.save(self.state)
+        if status == "complete":
+            log.info("incremental snapshot of %s complete: %d rows in %d chunks", job.table,
+                     job.rows, job.chunks)
+
+    def _poll_signals(self, conn: Conn) -> None:
+        rows = conn.execute("SELECT id, type, data FROM pgcdc.signal WHERE id > %s ORDER BY id",
+                            (self.state.signal_id,)).fetchall()
+        if not rows:
+            return
+        with self._lock:
+            for signal_id, kind, data in rows:
+                self._apply(str(kind), data if isinstance(data, dict) else {})
+                self.state.signal_id = int(signal_id)
+            self.store.save(self.state)
+
+    def _apply(self, kind: str, data: dict[str, Any]) -> None:
+        state = self.state
+        tables = [str(t) for t in data.get("tables") or []]
+        if kind == "execute-snapshot":
+            for table in tables:
+                state.jobs.append(Job(table, _texts(data.get("surrogate_key")),
+                                      _texts(data.get("from_key")), _texts(data.get("to_key"))))
+            log.info("incremental snapshot requested: %s", ", ".join(tables))
+        elif kind == "pause-snapshot":
+            state.paused = True
+        elif kind == "resume-snapshot":
+            state.paused = False
+        elif kind == "stop-snapshot":
+            for job in [j for j in state.jobs if not tables or j.table in tables]:
+                state.jobs.remove(job)
+                state.done.append({"table": job.table, "status": "cancelled", "error": None,
+                                   "chunks": job.chunks, "rows": job.rows})
+        else:
+            log.warning("unknown signal %r ignored; known: %s", kind, ", ".join(SIGNALS))
+
+
+def _key_expr(names: tuple[str, ...]) -> sql.Composable:
+    """The key as a row, or the one column (a parenthesized single column is no row)."""
+    columns = sql.SQL(", ").join(sql.Identifier(k) for k in names)
+    return sql.SQL("({})").format(columns) if len(names) > 1 else columns
+
+
+def _values(bound: list[str]) -> sql.Composable:
+    """Key values as untyped literals: each takes the type of the column it meets."""
+    values = sql.SQL(", ").join(sql.Literal(v) for v in bound)
+    return sql.SQL("({})").format(values) if len(bound) > 1 else values
+
+
+def _texts(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return int(high, 16) << 32 | int(low, 16)
+
+
+def check_request(dsn: str, publication: str, tables: Iterable[str],
+                  surrogate_key: list[str] | None, from_key: list[str] | None,
+                  to_key: list[str] | None) -> None:
+    """What the running pgcdc would refuse, refused now (the CLI calls this first)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            target = resolve(conn, publication, Job(table, surrogate_key, from_key, to_key))
+            for bound in (from_key, to_key):
+                if bound is None:
+                    continue
+                try:  # the values must parse as the key columns' types
+                    conn.execute(sql.SQL("SELECT {} >= {} FROM {} LIMIT 0").format(
+                        _key_expr(target.key), _values(bound),
+                        sql.Identifier(target.table.schema, target.table.name)))
+                except psycopg.errors.DataError as exc:
+                    msg = (f"key bound {bound} does not fit the key ({', '.join(target.key)}) "
+                           f"of {target.table.qualified_name}: {exc.diag.message_primary}")
+                    raise IncrementalSnapshotError(msg) from None
