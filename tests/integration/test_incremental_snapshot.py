@@ -210,8 +210,8 @@ def test_snapshot_during_heavy_updates_of_the_same_keys_ends_equal(
     _table(pg_conn, rows)
     sink = RecordingSink()
     with _streaming(pg_dsn, sink, tmp_path / "inc.json", tables=["public.ledger"],
-                    chunk_size=300) as (_, incremental), \
-            _Hammer(pg_dsn, range(1, rows + 1)) as hammer:
+                    chunk_size=100) as (_, incremental), \
+            _Hammer(pg_dsn, range(1, rows + 1), writers=3) as hammer:
         _until(lambda: hammer.transactions > 200, "the writers")
         send_signal(pg_conn, "execute-snapshot", {"tables": ["public.ledger"]})
         _until(lambda: bool(_done(incremental)), "the snapshot")
@@ -220,7 +220,7 @@ def test_snapshot_during_heavy_updates_of_the_same_keys_ends_equal(
     assert _done(incremental)[0]["status"] == "complete", _done(incremental)
     _catch_up(pg_dsn, sink, pg_conn, ["public.ledger"])
     reads = [e for e in sink.events if e.op == READ]
-    assert incremental.chunks_emitted >= rows // 300
+    assert incremental.chunks_emitted >= rows // 200  # deletes shrink the table
     assert len(reads) == incremental.rows_emitted > rows // 2
     source = _source(pg_conn)
     folded = _fold(sink.events)
