@@ -117,7 +117,8 @@ def test_secrets_stay_out_of_errors_and_reprs(tmp_path: Path) -> None:
     config = _file(tmp_path, '[source]\ndsn = 17\npassword = "hunter2"\n')
     with pytest.raises(ConfigError) as exc:
         load_settings(_flags(), config_file=config, environ={})
-    assert "source.dsn" in str(exc.value) and "17" not in str(exc.value)
+    message = str(exc.value).replace(str(config), "<file>")  # its path may hold a 17
+    assert "source.dsn" in message and "17" not in message
     settings = load_settings(_flags(), environ={"PGCDC_DSN": "host=db password=s3cret",
                                                 "PGCDC_PASSWORD": "hunter2"})
     assert "s3cret" not in repr(settings) and "hunter2" not in repr(settings)
