@@ -27,6 +27,7 @@ from pgcdc.errors import ConfigError, PgcdcError, TransientError
 
 if TYPE_CHECKING:
     from sinks.sink import Sink
+    from snapshot_builder.incremental import IncrementalSnapshots
 
 EXIT_DIFFERS = 1
 EXIT_USAGE = 2
@@ -106,6 +107,33 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds without a message from the server after which the "
                           "replication connection counts as dead and is reconnected (like "
                           "wal_receiver_timeout; default 60, 0: never)")
+    run.add_argument("--incremental-snapshots", action="store_true", default=None,
+                     help="serve incremental snapshots while streaming: pgcdc snapshot-table "
+                          "requests them (docs/incremental-snapshot.md)")
+    run.add_argument("--incremental-chunk-rows", type=int,
+                     help="rows per incremental snapshot chunk (default 1024)")
+    run.add_argument("--incremental-state", type=Path,
+                     help="the incremental snapshots' state (default "
+                          "~/.local/state/pgcdc/<slot>.incremental.json)")
+
+    table = sub.add_parser("snapshot-table",
+                           help="ask the running pgcdc (run --incremental-snapshots) to read "
+                                "tables again while streaming, or pause, resume or cancel that")
+    _source_options(table, tables=False)
+    table.add_argument("snapshot_tables", nargs="*", metavar="TABLE",
+                       help="schema.table to read (with --cancel: the ones to cancel; none: all)")
+    action = table.add_mutually_exclusive_group()
+    action.add_argument("--pause", dest="action", action="store_const", const="pause-snapshot")
+    action.add_argument("--resume", dest="action", action="store_const",
+                        const="resume-snapshot")
+    action.add_argument("--cancel", dest="action", action="store_const", const="stop-snapshot")
+    table.add_argument("--from-key", action="append", metavar="VALUE",
+                       help="read keys from this one on (inclusive); repeat once per key column")
+    table.add_argument("--to-key", action="append", metavar="VALUE",
+                       help="read keys up to this one (inclusive); repeat once per key column")
+    table.add_argument("--surrogate-key", metavar="COLUMNS",
+                       help="for a table without a primary key: comma-separated unique, "
+                            "NOT NULL columns to read it in order of")
 
     snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
                                                "every published table as read events, and exit "
@@ -165,7 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source_options(parser: argparse.ArgumentParser, *, publication: bool = True) -> None:
+def _source_options(parser: argparse.ArgumentParser, *, publication: bool = True,
+                    tables: bool = True) -> None:
     """Options read through :mod:`pgcdc.config`: their default is None (not given), so that
     the config file and PGCDC_* variables apply underneath them."""
     parser.add_argument("--config", type=Path, default=_env("CONFIG"),
@@ -175,6 +204,7 @@ def _source_options(parser: argparse.ArgumentParser, *, publication: bool = True
     parser.add_argument("--slot", help="replication slot (default pgcdc)")
     if publication:
         parser.add_argument("--publication", help="publication (default pgcdc)")
+    if publication and tables:
         parser.add_argument("--tables",
                             help="comma-separated schema.table list for a publication pgcdc "
                                  "creates")
@@ -226,7 +256,7 @@ def _paths(settings: Settings) -> tuple[Path, Path, Path]:
             settings.state.load_state or state / f"{slot}.load.json")
 
 
-_CONFIGURED = ("run", "snapshot", "status", "slot")
+_CONFIGURED = ("run", "snapshot", "status", "slot", "snapshot-table")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(settings)
         if args.command == "slot":
             return _slot(settings, args)
+        if args.command == "snapshot-table":
+            return _snapshot_table(settings, args)
         return _snapshot(settings)
     except ConfigError as exc:
         print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
@@ -364,6 +396,7 @@ def _run(settings: Settings) -> int:
         sink.close()  # stopped during the load: nothing to stream yet
         return 0
     service = settings.service
+    incremental = _incremental(settings, sink)
     pipeline = Pipeline(PipelineConfig(
         settings.source.conninfo(), slot=settings.source.slot,
         publication=settings.source.publication, tables=settings.source.tables,
@@ -372,7 +405,7 @@ def _run(settings: Settings) -> int:
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,
-        receive_timeout=settings.source.receive_timeout), sink)
+        receive_timeout=settings.source.receive_timeout), sink, incremental=incremental)
     metrics = None
     if service.metrics_port is not None:
         try:
@@ -389,11 +422,55 @@ def _run(settings: Settings) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         pipeline.prepare()
+        if incremental is not None:
+            incremental.start()
         pipeline.run(stop=stop)
     finally:
+        if incremental is not None:
+            incremental.stop()
         sink.close()
         if metrics is not None:
             metrics.close()
+    return 0
+
+
+def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
+    from snapshot_builder.incremental import IncrementalSnapshots
+
+    if not settings.load.incremental:
+        return None
+    path = settings.state.incremental_state or \
+        _paths(settings)[0].with_name(f"{settings.source.slot}.incremental.json")
+    return IncrementalSnapshots(settings.source.conninfo(), sink, slot=settings.source.slot,
+                                publication=settings.source.publication, state_file=path,
+                                chunk_size=settings.load.incremental_chunk_rows)
+
+
+def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
+    """Write a signal row; the running pgcdc (run --incremental-snapshots) acts on it."""
+    from snapshot_builder.incremental import check_request, install_signal_table, send_signal
+
+    dsn, publication = settings.source.conninfo(), settings.source.publication
+    kind = args.action or "execute-snapshot"
+    tables = list(args.snapshot_tables)
+    data: dict[str, object] = {"tables": tables}
+    if kind == "execute-snapshot":
+        if not tables:
+            msg = "snapshot-table needs at least one TABLE (schema.table) to read"
+            raise ConfigError(msg)
+        surrogate = [c.strip() for c in args.surrogate_key.split(",")] \
+            if args.surrogate_key else None
+        check_request(dsn, publication, tables, surrogate, args.from_key, args.to_key)
+        data.update(surrogate_key=surrogate, from_key=args.from_key, to_key=args.to_key)
+    elif args.from_key or args.to_key or args.surrogate_key:
+        msg = "--from-key, --to-key and --surrogate-key go with a new snapshot, not --" + \
+            kind.removesuffix("-snapshot").replace("stop", "cancel")
+        raise ConfigError(msg)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        install_signal_table(conn)
+        signal_id = send_signal(conn, kind, data)
+    print(f"signal {signal_id} ({kind}) written to pgcdc.signal; the running pgcdc applies it "
+          "within a second")
     return 0
 
 

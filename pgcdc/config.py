@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -232,12 +232,15 @@ class StateSettings(_Section):
     progress_file: Path | None = None
     catalog_dir: Path | None = None
     load_state: Path | None = None
+    incremental_state: Path | None = None  # incremental snapshots (default <slot>.incremental.json)
 
 
 class LoadSettings(_Section):
     initial: bool = False
     readers: int = Field(default=4, ge=1)
     chunk_pages: int = Field(default=1024, ge=1)
+    incremental: bool = False  # pgcdc run serves incremental snapshots (pgcdc.signal)
+    incremental_chunk_rows: int = Field(default=1024, ge=1)
 
 
 class ServiceSettings(_Section):
@@ -308,6 +311,9 @@ KEYS: tuple[_Key, ...] = (
     _Key(("load", "initial"), "initial_load", "INITIAL_LOAD"),
     _Key(("load", "readers"), "readers", "READERS"),
     _Key(("load", "chunk_pages"), "chunk_pages", "CHUNK_PAGES"),
+    _Key(("state", "incremental_state"), "incremental_state", "INCREMENTAL_STATE"),
+    _Key(("load", "incremental"), "incremental_snapshots", "INCREMENTAL"),
+    _Key(("load", "incremental_chunk_rows"), "incremental_chunk_rows", "INCREMENTAL_CHUNK_ROWS"),
     _Key(("service", "metrics_port"), "metrics_port", "METRICS_PORT"),
     _Key(("service", "metrics_host"), "metrics_host", "METRICS_HOST"),
     _Key(("service", "max_lag_bytes"), "max_lag_bytes", "MAX_LAG_BYTES"),
@@ -322,10 +328,13 @@ _SECRET_KEYS = frozenset({"source.dsn", "source.password", "sink.kafka"})
 _TABLES = ("sink.kafka",)  # keys whose value is a table of their own
 
 
-def _put(merged: dict[str, dict[str, Any]], section: str, name: str, value: Any) -> None:
-    """Set one key; a secret and its ``_file`` replace each other (a later layer wins)."""
-    values = merged.setdefault(section, {})
-    values.pop(name.removesuffix("_file") if name.endswith("_file") else f"{name}_file", None)
+def _put(values: dict[str, Any], name: str, value: Any, *, prefix: str,
+         earlier: Collection[str]) -> None:
+    """Set one key of a later layer; a secret that an ``earlier`` layer set gives way to its
+    ``_file`` and the other way round (both in one layer: validation says keep one)."""
+    other = name.removesuffix("_file") if name.endswith("_file") else f"{name}_file"
+    if f"{prefix}{other}" in earlier:
+        values.pop(other, None)
     values[name] = value
 
 
@@ -358,21 +367,25 @@ def load_settings(flags: Mapping[str, Any], *, config_file: Path | None = None,
                     value = flatten_properties(value)
                     for prop in value:
                         origin[f"{section}.{name}.{prop}"] = f"in {config_file}"
-                _put(merged, section, name, value)
+                merged.setdefault(section, {})[name] = value
                 origin[f"{section}.{name}"] = f"in {config_file}"
+    earlier = set(origin)
     for key in KEYS:
         if key.env is not None and (value := environ.get(ENV_PREFIX + key.env)) is not None:
-            _put(merged, *key.path, value)
+            _put(merged.setdefault(key.path[0], {}), key.path[1], value,
+                 prefix=f"{key.path[0]}.", earlier=earlier)
             origin[key.name] = f"from {ENV_PREFIX}{key.env}"
     for variable in sorted(v for v in environ if v.startswith(KAFKA_ENV_PREFIX)):
         kafka = merged.setdefault("sink", {}).setdefault("kafka", {})
         if isinstance(kafka, dict):  # else validation names the file's sink.kafka
             prop = _kafka_env_property(variable)
-            _put({"kafka": kafka}, "kafka", prop, environ[variable])
+            _put(kafka, prop, environ[variable], prefix="sink.kafka.", earlier=earlier)
             origin[f"sink.kafka.{prop}"] = f"from {variable}"
+    earlier = set(origin)
     for key in KEYS:
         if key.dest is not None and (value := flags.get(key.dest)) is not None:
-            _put(merged, *key.path, key.from_flag(value))
+            _put(merged.setdefault(key.path[0], {}), key.path[1], key.from_flag(value),
+                 prefix=f"{key.path[0]}.", earlier=earlier)
             origin[key.name] = f"from --{key.dest.replace('_', '-')}"
     merged.setdefault("source", {})  # a missing DSN is reported as 'source.dsn'
     try:

@@ -313,3 +313,29 @@ def test_restart_in_the_middle_continues(pg_conn: Conn, pg_dsn: str, tmp_path: P
                                 ) > after  # continued after the last durable chunk
     _catch_up(pg_dsn, sink, pg_conn, ["public.ledger"])
     assert _fold(sink.events) == _source(pg_conn)
+
+
+def test_cli_writes_signals_and_names_the_fix(pg_conn: Conn, pg_dsn: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from pgcdc.cli import main
+
+    _table(pg_conn, 10)
+    _table(pg_conn, 10, name="nokey", key=False)
+    pg_conn.execute("CREATE PUBLICATION pgcdc FOR TABLE ledger, nokey")
+    assert main(["snapshot-table", "--dsn", pg_dsn, "public.nokey"]) == 3
+    assert "no primary key" in capsys.readouterr().err
+    assert main(["snapshot-table", "--dsn", pg_dsn, "public.ledger", "--from-key", "x"]) == 3
+    assert "does not fit the key (id)" in capsys.readouterr().err
+    assert main(["snapshot-table", "--dsn", pg_dsn, "--pause", "--from-key", "1"]) == 2
+    assert main(["snapshot-table", "--dsn", pg_dsn, "public.ledger", "--from-key", "3",
+                 "--to-key", "7"]) == 0
+    assert main(["snapshot-table", "--dsn", pg_dsn, "public.nokey",
+                 "--surrogate-key", "id"]) == 0
+    assert main(["snapshot-table", "--dsn", pg_dsn, "--cancel", "public.nokey"]) == 0
+    signals = pg_conn.execute("SELECT type, data FROM pgcdc.signal ORDER BY id").fetchall()
+    assert signals == [
+        ("execute-snapshot", {"tables": ["public.ledger"], "surrogate_key": None,
+                              "from_key": ["3"], "to_key": ["7"]}),
+        ("execute-snapshot", {"tables": ["public.nokey"], "surrogate_key": ["id"],
+                              "from_key": None, "to_key": None}),
+        ("stop-snapshot", {"tables": ["public.nokey"]})]
