@@ -195,6 +195,15 @@ def test_source_password_from_a_file(tmp_path: Path) -> None:
                                           r"PGCDC_PASSWORD_FILE$"):
         load_settings(_flags("--dsn", DSN),
                       environ={"PGCDC_PASSWORD_FILE": str(tmp_path / "missing")})
+    # a later layer's password replaces an earlier layer's file; both in one layer: an error
+    config = _file(tmp_path, f'[source]\ndsn = "{DSN}"\npassword_file = "{secret}"\n')
+    settings = load_settings(_flags(), config_file=config, environ={"PGCDC_PASSWORD": "env"})
+    assert "password=env" in settings.source.conninfo()
+    with pytest.raises(ConfigError, match=r"^config key 'source.password_file' and "
+                                          r"source.password are both set: keep one from "
+                                          r"PGCDC_PASSWORD_FILE$"):
+        load_settings(_flags("--dsn", DSN), environ={"PGCDC_PASSWORD_FILE": str(secret),
+                                                     "PGCDC_PASSWORD": "env"})
     secret.write_text("\n")
     with pytest.raises(ConfigError, match="names .* which is empty: write the secret into it"):
         load_settings(_flags("--dsn", DSN), environ={"PGCDC_PASSWORD_FILE": str(secret)})
