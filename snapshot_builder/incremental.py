@@ -449,13 +449,22 @@ class IncrementalSnapshots:
     # --- the chunk thread ---------------------------------------------------------------------
 
     def _main(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
-                install_signal_table(conn)
-                self._loop(conn)
-        except BaseException as exc:
-            self.error = exc
-            log.exception("incremental snapshot stopped")
+        """The chunk thread: a lost connection is opened again; anything else stops it."""
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True,
+                                     options=SESSION_OPTIONS) as conn:
+                    install_signal_table(conn)
+                    self._loop(conn)
+                return
+            except psycopg.OperationalError as exc:
+                log.warning("incremental snapshot connection lost (%s); reconnecting in 5 s",
+                            str(exc).strip())
+                self._stop.wait(5)
+            except BaseException as exc:
+                self.error = exc
+                log.exception("incremental snapshots stopped; streaming goes on")
+                return
 
     def _loop(self, conn: Conn) -> None:
         target: _Target | None = None
@@ -477,7 +486,15 @@ class IncrementalSnapshots:
                 if target is None:
                     continue
             assert target is not None
-            finished = self._read_chunk(conn, job, target)
+            try:
+                finished = self._read_chunk(conn, job, target)
+            except (IncrementalSnapshotError, psycopg.errors.UndefinedTable,
+                    psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
+                    psycopg.errors.InsufficientPrivilege) as exc:
+                log.error("incremental snapshot of %s failed: %s", job.table, exc)
+                self._finish(job, "failed", str(exc).strip())
+                finished = False
+                target = target_job = None
             if finished:
                 self._finish(job, "complete")
                 target = target_job = None
