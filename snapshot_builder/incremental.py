@@ -115,6 +115,7 @@ class Job:
     after: list[str] | None = None  # the last key whose chunk is durable (text values)
     chunks: int = 0
     rows: int = 0
+    again: list[list[str]] = field(default_factory=list)  # keys to read again (TOAST)
 
 
 @dataclass
@@ -190,23 +191,26 @@ class ChangedKeys:
     """Keys changed by streamed transactions, by xid: pure bookkeeping of the main loop."""
 
     def __init__(self) -> None:
-        self._by_xid: dict[int, set[tuple[Any, ...]]] = {}
+        # xid -> key -> whether an update left a TOASTed column out
+        self._by_xid: dict[int, dict[tuple[Any, ...], bool]] = {}
 
     def __len__(self) -> int:
         return len(self._by_xid)
 
-    def record(self, xid: int, key: tuple[Any, ...]) -> None:
+    def record(self, xid: int, key: tuple[Any, ...], partial: bool = False) -> None:
         keys = self._by_xid.get(xid)
         if keys is None:
-            keys = self._by_xid[xid] = set()
-        keys.add(key)
+            keys = self._by_xid[xid] = {}
+        keys[key] = partial or keys.get(key, False)
 
-    def superseded(self, snapshot: Visibility) -> set[tuple[Any, ...]]:
-        """Keys changed by a recorded transaction the snapshot did not see."""
-        out: set[tuple[Any, ...]] = set()
+    def superseded(self, snapshot: Visibility) -> dict[tuple[Any, ...], bool]:
+        """Keys changed by a recorded transaction the snapshot did not see, each with
+        whether one of those changes was an update without a TOASTed value."""
+        out: dict[tuple[Any, ...], bool] = {}
         for xid, keys in self._by_xid.items():
             if not snapshot.sees(xid):
-                out |= keys
+                for key, partial in keys.items():
+                    out[key] = partial or out.get(key, False)
         return out
 
     def forget_seen(self, snapshot: Visibility) -> None:
@@ -241,6 +245,7 @@ class Chunk:
     target: _Target
     rows: list[Row]
     keys: list[tuple[Any, ...]]
+    texts: list[list[str]]  # the key of each row as text (for reading it again)
     last: list[str]  # the text of the last row's key: where the next chunk starts
     snapshot: Visibility
     low: int
@@ -357,6 +362,11 @@ class IncrementalSnapshots:
         self.chunks_emitted = 0
         self.rows_emitted = 0
         self.rows_superseded = 0
+        self.rows_retried = 0
+        # keys to read again: a streamed update that superseded their row left a TOASTed
+        # column out, and the stream alone would never give its value
+        self._again: list[list[str]] = []
+        self._attempts: dict[tuple[str, ...], int] = {}
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -395,9 +405,10 @@ class IncrementalSnapshots:
         if event.op == "t":
             self._changed.record(event.xid, _ALL)
             return
+        partial = bool(event.unchanged)
         for row in (event.before, event.after):
             if row is not None:
-                self._changed.record(event.xid, tuple(row.get(n) for n in names))
+                self._changed.record(event.xid, tuple(row.get(n) for n in names), partial)
 
     def on_watermark(self, content: bytes, lsn: int) -> None:
         """A watermark came through the slot: at HIGH, the chunk's rows go to the sink."""
@@ -423,8 +434,11 @@ class IncrementalSnapshots:
         everything = _ALL in superseded
         position = chunk.high - 1  # after every commit before HIGH, before every one after
         written = 0
+        again: list[list[str]] = []
         for row_number, (key, row) in enumerate(zip(chunk.keys, chunk.rows, strict=True)):
             if everything or key in superseded:
+                if superseded.get(key):  # the stream's update lacks a TOASTed value
+                    again.append(chunk.texts[row_number])
                 continue
             self.sink.write(ChangeEvent(READ, table, None, row, (), position, position,
                                         row_number, 0, chunk.commit_time))
@@ -433,6 +447,8 @@ class IncrementalSnapshots:
         self._changed.forget_seen(chunk.snapshot)
         if not chunk.emitted:
             chunk.emitted = True
+            with self._lock:
+                self._again.extend(again)
             self.chunks_emitted += 1
             self.rows_emitted += written
             self.rows_superseded += len(chunk.rows) - written
@@ -508,6 +524,9 @@ class IncrementalSnapshots:
             return None
         self._keys.clear()
         self._changed.clear()  # not under the main loop's feet: nothing recorded is kept
+        with self._lock:
+            self._again[:] = job.again  # kept across a restart
+        self._attempts.clear()
         self._keys[target.table.oid] = target.key
         self._wait_commit_tails(conn)
         log.info("incremental snapshot of %s by (%s) from %s", target.table.qualified_name,
@@ -548,10 +567,13 @@ class IncrementalSnapshots:
         """One chunk: LOW, the rows under a snapshot, HIGH; then wait until they are durable.
         True when the range is exhausted."""
         number = job.chunks
+        again = self._take_again()
         low = self._emit_mark(conn, "low", number)
         rows: list[Row] = []
         keys: list[tuple[Any, ...]] = []
+        texts: list[list[str]] = []
         last: list[str] = []
+        ranged = 0
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         try:
             with conn.transaction():
@@ -560,22 +582,28 @@ class IncrementalSnapshots:
                 snapshot = Visibility.parse(str(row[0]))
                 commit_time = now_pg_micros()
                 decode, index = target.decoder.decode, target.key_index
-                with conn.cursor() as cur, cur.copy(chunk_query(target, job,
-                                                                self.chunk_size)) as copy:
-                    for raw in copy.rows():
-                        after = decode(raw)[0]
-                        rows.append(after)
-                        keys.append(tuple(after.get(k) for k in target.key))
-                        last = [raw[i] for i in index]
+                queries = [chunk_query(target, job, self.chunk_size)]
+                if again:
+                    queries.append(again_query(target, again))
+                for n, query in enumerate(queries):
+                    with conn.cursor() as cur, cur.copy(query) as copy:
+                        for raw in copy.rows():
+                            after = decode(raw)[0]
+                            rows.append(after)
+                            keys.append(tuple(after.get(k) for k in target.key))
+                            texts.append([raw[i] for i in index])
+                    if n == 0:  # the range: where the next chunk starts
+                        ranged, last = len(texts), texts[-1] if texts else []
         finally:
             conn.isolation_level = None
+        self.rows_retried += len(rows) - ranged
         if not rows:
-            return True
+            return not again
         if any(v is None for v in last):
             msg = (f"a key column of {target.table.qualified_name} is NULL; a surrogate key "
                    "must be unique and NOT NULL")
             raise IncrementalSnapshotError(msg)
-        chunk = Chunk(number, target, rows, keys, last, snapshot, low, commit_time)
+        chunk = Chunk(number, target, rows, keys, texts, last, snapshot, low, commit_time)
         self._chunk = chunk  # before HIGH exists, so the main loop always finds it
         self._emit_mark(conn, "high", number)
         # wait for the main loop to write the rows and the sink to make them durable; a tick
@@ -585,13 +613,31 @@ class IncrementalSnapshots:
                 return False
             self._emit_mark(conn, "tick", number)
         with self._lock:
-            job.after = last
+            if last:
+                job.after = last
+            job.again = list(self._again)
             job.chunks += 1
             job.rows += len(rows)
             cancelled = job not in self.state.jobs
             if not cancelled:
                 self.store.save(self.state)
-        return len(rows) < self.chunk_size or cancelled
+            pending = bool(self._again)
+        return cancelled or (ranged < self.chunk_size and not pending)
+
+    def _take_again(self, limit: int = 1000, attempts: int = 5) -> list[list[str]]:
+        """Keys to read again in the next chunk; one superseded that way too often is left
+        (a warning says so: its TOASTed value stays unknown until it is changed in full)."""
+        with self._lock:
+            taken, self._again = self._again[:limit], self._again[limit:]
+        out: list[list[str]] = []
+        for key in taken:
+            seen = self._attempts[tuple(key)] = self._attempts.get(tuple(key), 0) + 1
+            if seen > attempts:
+                log.warning("key %s superseded %d times by updates without its TOASTed value; "
+                            "it is not read again (run snapshot-table for it later)", key, attempts)
+            else:
+                out.append(key)
+        return out
 
     def _finish(self, job: Job, status: str, error: str | None = None) -> None:
         with self._lock:
@@ -634,6 +680,18 @@ class IncrementalSnapshots:
                                    "chunks": job.chunks, "rows": job.rows})
         else:
             log.warning("unknown signal %r ignored; known: %s", kind, ", ".join(SIGNALS))
+
+
+def again_query(target: _Target, keys: list[list[str]]) -> sql.Composed:
+    """``COPY (SELECT <columns> FROM t WHERE key IN (...)) TO STDOUT``: keys read again."""
+    table = target.table
+    where: list[sql.Composable] = [sql.SQL("{} IN ({})").format(
+        _key_expr(target.key), sql.SQL(", ").join(_values(k) for k in keys))]
+    if target.published.row_filter is not None:
+        where.append(sql.SQL("({})").format(sql.SQL(target.published.row_filter)))
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns),
+        sql.Identifier(table.schema, table.name), sql.SQL(" AND ").join(where))
 
 
 def _key_expr(names: tuple[str, ...]) -> sql.Composable:
