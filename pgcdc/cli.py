@@ -392,11 +392,12 @@ def _run(settings: Settings) -> int:
              redact_dsn(settings.source.conninfo()))
     sink = _sink(settings)
     progress_file, catalog_dir, _ = _paths(settings)
-    if settings.load.initial and not _initial_load(settings, sink, only_pending=True):
+    incremental = _incremental(settings, sink)
+    if settings.load.initial and not (incremental is not None and _hand_over_load(
+            settings, incremental)) and not _initial_load(settings, sink, only_pending=True):
         sink.close()  # stopped during the load: nothing to stream yet
         return 0
     service = settings.service
-    incremental = _incremental(settings, sink)
     pipeline = Pipeline(PipelineConfig(
         settings.source.conninfo(), slot=settings.source.slot,
         publication=settings.source.publication, tables=settings.source.tables,
@@ -444,6 +445,35 @@ def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
     return IncrementalSnapshots(settings.source.conninfo(), sink, slot=settings.source.slot,
                                 publication=settings.source.publication, state_file=path,
                                 chunk_size=settings.load.incremental_chunk_rows)
+
+
+def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bool:
+    """An interrupted initial load, with incremental snapshots on: the tables it did not finish
+    are queued as incremental snapshots and streaming starts at once from the slot's consistent
+    point (docs/incremental-snapshot.md). False (the load resumes as usual) when there is no
+    such load, or when its plan or its slot is not as the load left it."""
+    from psycopg import sql
+
+    from decoder.slot import slot_info
+    from snapshot_builder.load_state import COMPLETE, LoadStateStore
+
+    store = LoadStateStore(_paths(settings)[2])
+    state = store.load()
+    if state is None or state.status == COMPLETE or not state.tables \
+            or state.slot != settings.source.slot:
+        return False
+    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
+        info = slot_info(conn, settings.source.slot)
+        if info is None or info.confirmed_flush_lsn != state.consistent_point:
+            return False  # the load's own checks name the data loss
+        tables = [sql.Identifier(t.schema, t.name).as_string(conn)
+                  for t in state.tables.values() if not t.complete]
+    incremental.request(tables)  # stored before the load is marked done
+    state.status = COMPLETE
+    store.save(state)
+    log.warning("the interrupted initial load of slot %s is completed by incremental snapshots "
+                "while streaming: %s", settings.source.slot, ", ".join(tables) or "nothing left")
+    return True
 
 
 def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:

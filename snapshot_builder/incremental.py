@@ -389,6 +389,14 @@ class IncrementalSnapshots:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
+    def request(self, tables: list[str]) -> None:
+        """Queue tables (``schema.table``, quoted where needed) as if signalled; those already
+        queued are left as they are."""
+        with self._lock:
+            queued = {j.table for j in self.state.jobs}
+            self.state.jobs.extend(Job(t) for t in tables if t not in queued)
+            self.store.save(self.state)
+
     @property
     def idle(self) -> bool:
         """No job left (every requested table read, failed or cancelled)."""

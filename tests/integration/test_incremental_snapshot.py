@@ -8,6 +8,7 @@ stream event supersedes."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -447,3 +448,51 @@ def test_rows_superseded_by_updates_without_their_toasted_value_are_read_again(
     assert not missing, f"{len(missing)} rows without their large value, e.g. {missing[:5]}"
     assert folded == source
     print(f"\n{incremental.rows_superseded} superseded, {incremental.rows_retried} read again")
+
+
+def test_an_interrupted_initial_load_is_completed_while_streaming(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
+        tmp_path: Path) -> None:
+    """``pgcdc snapshot`` killed by a fail point after some chunks; ``run --initial-load
+    --incremental-snapshots`` streams at once and reads the unfinished table incrementally."""
+    import subprocess
+    import sys
+
+    from pgcdc import failpoints
+    from snapshot_builder.load_state import LoadStateStore
+    from tests.oracle import PgcdcProcess, read_topic
+
+    rows = 20_000
+    _table(pg_conn, rows)
+    pg_conn.execute("VACUUM ANALYZE ledger")
+    load = ["--load-state", str(tmp_path / "load.json"), "--readers", "2", "--chunk-pages", "16"]
+    common = ["--dsn", pg_dsn, "--tables", "public.ledger", "--bootstrap-servers", kafka_servers,
+              "--topic-prefix", topic_prefix, "--progress-file", str(tmp_path / "progress.json"),
+              "--catalog-dir", str(tmp_path / "progress.catalog"), *load]
+    state = tmp_path / "inc.json"
+    with _Hammer(pg_dsn, range(1, rows + 1), writers=2):
+        crash = subprocess.run([sys.executable, "-m", "pgcdc", "snapshot", *common],
+                               env={**os.environ, "PGCDC_FAIL_POINT": "after_snapshot_chunk:3"},
+                               capture_output=True, timeout=120, check=False)
+        assert crash.returncode == failpoints.EXIT_CODE, crash.stderr.decode()
+        crashed = LoadStateStore(tmp_path / "load.json").load()
+        assert crashed is not None and crashed.status == "loading"
+        pgcdc = PgcdcProcess(pg_dsn, kafka_servers, topic_prefix, tmp_path / "progress.json",
+                             ["--initial-load", "--incremental-snapshots", "--incremental-state",
+                              str(state), "--incremental-chunk-rows", "1000", *load])
+        pgcdc.start()
+        _until(lambda: bool(StateStore(state).load().done), "the incremental snapshot")
+        pgcdc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        code, err = pgcdc.wait(60)
+        assert code == 0, err
+        assert "completed by incremental snapshots" in err
+    assert StateStore(state).load().done[0]["status"] == "complete"
+    loaded = LoadStateStore(tmp_path / "load.json").load()
+    assert loaded is not None and loaded.status == "complete"
+    pgcdc.catch_up(pg_conn)
+    events = read_topic(kafka_servers, f"{topic_prefix}.public.ledger")
+    reads = [e for e in events if e["op"] == "r"]
+    from_load = [e for e in reads if e["source"]["commit_lsn"] == crashed.consistent_point - 1]
+    incremental = [e for e in reads if e["source"]["commit_lsn"] > crashed.consistent_point]
+    assert from_load and len(incremental) > rows // 2
+    assert _fold_topic(events) == _source(pg_conn)
