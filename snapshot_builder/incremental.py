@@ -22,9 +22,9 @@ the whole argument.
 Triggers are rows of ``pgcdc.signal (id, type, data)`` that the thread polls every
 ``poll_interval`` seconds: ``execute-snapshot`` (``{"tables": [...], "from_key": [...],
 "to_key": [...], "surrogate_key": [...]}``), ``pause-snapshot``, ``resume-snapshot``,
-``stop-snapshot`` (``{"tables": [...]}`` or every table). The state (jobs, the last key
-read durably, paused, the last signal applied) is a JSON file replaced atomically; a chunk
-counts as done only once the sink made its read events durable, so a restart continues
+``stop-snapshot`` (``{"tables": [...]}`` or every table); they and the state file (jobs, the
+last key read durably, paused, the last signal applied) are in snapshot_builder/signals.py. A
+chunk counts as done only once the sink made its read events durable, so a restart continues
 after the last durable chunk.
 """
 
@@ -32,131 +32,45 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from decoder.change import READ, ChangeEvent, Row, RowDecoder
 from decoder.replication import SESSION_OPTIONS, now_pg_micros
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc.errors import TerminalError
 from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.published import PublishedTable, fetch_published_tables
+from snapshot_builder.signals import (
+    SIGNALS,
+    IncrementalSnapshotError,
+    Job,
+    State,
+    StateStore,
+    install_signal_table,
+    send_signal,
+)
+
+__all__ = ["PREFIX", "SIGNALS", "ChangedKeys", "IncrementalSnapshotError", "IncrementalSnapshots",
+           "Job", "State", "StateStore", "Visibility", "check_request", "install_signal_table",
+           "send_signal"]
 
 log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 PREFIX: Final = "pgcdc.watermark"
-SIGNALS: Final = ("execute-snapshot", "pause-snapshot", "resume-snapshot", "stop-snapshot")
 _ALL: Final = ("\x00all",)  # a TRUNCATE: every key of the table
-_SIGNAL_TABLE: Final = """
-CREATE SCHEMA IF NOT EXISTS pgcdc;
-CREATE TABLE IF NOT EXISTS pgcdc.signal (
-    id bigserial PRIMARY KEY,
-    type text NOT NULL,
-    data jsonb NOT NULL DEFAULT '{}'::jsonb,
-    created_at timestamptz NOT NULL DEFAULT now()
-)"""
-
-
-class IncrementalSnapshotError(TerminalError):
-    """A snapshot request that cannot be served (no such table, no usable key, ...)."""
-
-
-# --- signals and state ---------------------------------------------------------------------
-
-
-def install_signal_table(conn: Conn) -> None:
-    """Create ``pgcdc.signal`` unless it exists (two creators at once: one wins)."""
-    row = conn.execute("SELECT pg_catalog.to_regclass('pgcdc.signal') IS NOT NULL").fetchone()
-    if row is not None and row[0]:
-        return
-    try:
-        with conn.transaction():
-            conn.execute(_SIGNAL_TABLE)
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject,
-            psycopg.errors.DuplicateTable, psycopg.errors.DuplicateSchema):
-        pass  # created by someone else meanwhile
-
-
-def send_signal(conn: Conn, kind: str, data: dict[str, Any]) -> int:
-    """Insert a signal row for the running pgcdc; returns its id."""
-    if kind not in SIGNALS:
-        msg = f"unknown signal {kind!r}; use one of {', '.join(SIGNALS)}"
-        raise IncrementalSnapshotError(msg)
-    install_signal_table(conn)
-    row = conn.execute("INSERT INTO pgcdc.signal (type, data) VALUES (%s, %s) RETURNING id",
-                       (kind, Jsonb(data))).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-@dataclass
-class Job:
-    """One table to read: its key (a surrogate one when named), the range, how far it got."""
-
-    table: str  # as requested; resolved with ::regclass
-    surrogate_key: list[str] | None = None
-    from_key: list[str] | None = None  # inclusive lower bound, one text value per key column
-    to_key: list[str] | None = None  # inclusive upper bound
-    after: list[str] | None = None  # the last key whose chunk is durable (text values)
-    chunks: int = 0
-    rows: int = 0
-    again: list[list[str]] = field(default_factory=list)  # keys to read again (TOAST)
-
-
-@dataclass
-class State:
-    jobs: list[Job] = field(default_factory=list)
-    paused: bool = False
-    signal_id: int = 0
-    done: list[dict[str, Any]] = field(default_factory=list)  # finished or failed jobs
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> State:
-        return cls([Job(**j) for j in data.get("jobs", [])], bool(data.get("paused")),
-                   int(data.get("signal_id", 0)), list(data.get("done", [])))
-
-
-class StateStore:
-    """The state file, replaced atomically (write, fsync, rename)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-
-    def load(self) -> State:
-        if self.path is None or not self.path.exists():
-            return State()
-        try:
-            return State.from_dict(json.loads(self.path.read_text()))
-        except (ValueError, TypeError) as exc:
-            msg = (f"incremental snapshot state {self.path} is unreadable ({exc}); remove it "
-                   "and trigger the snapshot again")
-            raise IncrementalSnapshotError(msg) from None
-
-    def save(self, state: State) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w") as fh:
-            json.dump(asdict(state), fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
 
 
 # --- what a chunk's snapshot sees ----------------------------------------------------------
@@ -665,30 +579,9 @@ class IncrementalSnapshots:
             return
         with self._lock:
             for signal_id, kind, data in rows:
-                self._apply(str(kind), data if isinstance(data, dict) else {})
+                self.state.apply(str(kind), data if isinstance(data, dict) else {})
                 self.state.signal_id = int(signal_id)
             self.store.save(self.state)
-
-    def _apply(self, kind: str, data: dict[str, Any]) -> None:
-        state = self.state
-        tables = [str(t) for t in data.get("tables") or []]
-        if kind == "execute-snapshot":
-            for table in tables:
-                state.jobs.append(Job(table, _texts(data.get("surrogate_key")),
-                                      _texts(data.get("from_key")), _texts(data.get("to_key"))))
-            log.info("incremental snapshot requested: %s", ", ".join(tables))
-        elif kind == "pause-snapshot":
-            state.paused = True
-        elif kind == "resume-snapshot":
-            state.paused = False
-        elif kind == "stop-snapshot":
-            for job in [j for j in state.jobs if not tables or j.table in tables]:
-                state.jobs.remove(job)
-                state.done.append({"table": job.table, "status": "cancelled", "error": None,
-                                   "chunks": job.chunks, "rows": job.rows})
-        else:
-            log.warning("unknown signal %r ignored; known: %s", kind, ", ".join(SIGNALS))
-
 
 def again_query(target: _Target, keys: list[list[str]]) -> sql.Composed:
     """``COPY (SELECT <columns> FROM t WHERE key IN (...)) TO STDOUT``: keys read again."""
@@ -712,14 +605,6 @@ def _values(bound: list[str]) -> sql.Composable:
     """Key values as untyped literals: each takes the type of the column it meets."""
     values = sql.SQL(", ").join(sql.Literal(v) for v in bound)
     return sql.SQL("({})").format(values) if len(bound) > 1 else values
-
-
-def _texts(value: object) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    return [str(value)]
 
 
 def _lsn(text: str) -> int:
