@@ -425,7 +425,7 @@ class IncrementalSnapshots:
                     continue
             assert target is not None
             try:
-                finished = self._read_chunk(conn, job, target)
+                finished, target = self._read_chunk(conn, job, target)
             except (IncrementalSnapshotError, psycopg.errors.UndefinedTable,
                     psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
                     psycopg.errors.InsufficientPrivilege) as exc:
@@ -485,9 +485,9 @@ class IncrementalSnapshots:
         assert row is not None
         return _lsn(str(row[0]))
 
-    def _read_chunk(self, conn: Conn, job: Job, target: _Target) -> bool:
+    def _read_chunk(self, conn: Conn, job: Job, target: _Target) -> tuple[bool, _Target]:
         """One chunk: LOW, the rows under a snapshot, HIGH; then wait until they are durable.
-        True when the range is exhausted."""
+        True when the range is exhausted; and the table as this chunk read it."""
         number = job.chunks
         again = self._take_again()
         low = self._emit_mark(conn, "low", number)
@@ -496,13 +496,20 @@ class IncrementalSnapshots:
         texts: list[list[str]] = []
         last: list[str] = []
         ranged = 0
+        chunk: Chunk | None = None
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         try:
             with conn.transaction():
+                # The lock first (LOCK takes no snapshot; ACCESS SHARE is what any SELECT
+                # takes): no DDL on the table commits between the snapshot and HIGH, so the
+                # rows, the version they are read with and the stream at HIGH agree.
+                conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.Identifier(target.table.schema, target.table.name)))
                 row = conn.execute("SELECT pg_catalog.pg_current_snapshot()::text").fetchone()
                 assert row is not None
                 snapshot = Visibility.parse(str(row[0]))
                 commit_time = now_pg_micros()
+                target = self._again_resolved(conn, job, target)
                 decode, index = target.decoder.decode, target.key_index
                 queries = [chunk_query(target, job, self.chunk_size)]
                 if again:
@@ -516,23 +523,25 @@ class IncrementalSnapshots:
                             texts.append([raw[i] for i in index])
                     if n == 0:  # the range: where the next chunk starts
                         ranged, last = len(texts), texts[-1] if texts else []
+                if any(v is None for v in last):
+                    msg = (f"a key column of {target.table.qualified_name} is NULL; a "
+                           "surrogate key must be unique and NOT NULL")
+                    raise IncrementalSnapshotError(msg)
+                if rows:
+                    chunk = Chunk(number, target, rows, keys, texts, last, snapshot, low,
+                                  commit_time)
+                    self._chunk = chunk  # before HIGH exists: the main loop always finds it
+                    self._emit_mark(conn, "high", number)  # still holding the lock
         finally:
             conn.isolation_level = None
         self.rows_retried += len(rows) - ranged
-        if not rows:
-            return not again
-        if any(v is None for v in last):
-            msg = (f"a key column of {target.table.qualified_name} is NULL; a surrogate key "
-                   "must be unique and NOT NULL")
-            raise IncrementalSnapshotError(msg)
-        chunk = Chunk(number, target, rows, keys, texts, last, snapshot, low, commit_time)
-        self._chunk = chunk  # before HIGH exists, so the main loop always finds it
-        self._emit_mark(conn, "high", number)
+        if chunk is None:
+            return not again, target
         # wait for the main loop to write the rows and the sink to make them durable; a tick
         # gives the loop a chance to look (it only looks when a watermark passes)
         while not chunk.durable.wait(0.2):
             if self._stop.is_set():
-                return False
+                return False, target
             self._emit_mark(conn, "tick", number)
         with self._lock:
             if last:
@@ -544,7 +553,22 @@ class IncrementalSnapshots:
             if not cancelled:
                 self.store.save(self.state)
             pending = bool(self._again)
-        return cancelled or (ranged < self.chunk_size and not pending)
+        return cancelled or (ranged < self.chunk_size and not pending), target
+
+    def _again_resolved(self, conn: Conn, job: Job, target: _Target) -> _Target:
+        """The table as the chunk's snapshot sees it: a new version after DDL (the key must
+        stay the same: the keys recorded so far are in its terms)."""
+        current = resolve(conn, self.publication, job)
+        if current.table.version == target.table.version:
+            return target
+        if current.key != target.key or current.table.oid != target.table.oid:
+            msg = (f"the key of {target.table.qualified_name} changed during its incremental "
+                   f"snapshot ({', '.join(target.key)} -> {', '.join(current.key)}); request "
+                   "the snapshot again")
+            raise IncrementalSnapshotError(msg)
+        log.info("incremental snapshot of %s goes on with table version %s",
+                 current.table.qualified_name, current.table.version)
+        return current
 
     def _take_again(self, limit: int = 1000, attempts: int = 5) -> list[list[str]]:
         """Keys to read again in the next chunk; one superseded that way too often is left
