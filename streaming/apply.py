@@ -27,11 +27,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from streaming.evolution import TRUNCATED_PROPERTY, evolve, quote, table_properties
+from streaming.evolution import (
+    TRUNCATED_PROPERTY,
+    cached_property,
+    evolve,
+    forget,
+    quote,
+    table_properties,
+)
 from streaming.schema import COMMIT_LSN, ORDINAL, CatalogLog, TableSpec, renamed_names
 from streaming.tombstones import drop_superseded, record_deletes
 
@@ -60,25 +67,39 @@ def table_path(lake: str, spec: TableSpec) -> str:
 _HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"
 
 
-def parse_envelopes(batch: Any, catalog: CatalogLog) -> Any:
+def header_rows(batch: Any) -> Any:
+    """A batch's change records (Kafka tombstones left out) with their format and version."""
+    return batch.where("value IS NOT NULL").selectExpr(
+        "value", f"coalesce({_HEADER.format('pgcdc.format')}, 'json') AS _format",
+        f"{_HEADER.format('pgcdc.table_version')} AS _version")
+
+
+def batch_versions(rows: Any) -> list[tuple[str, str | None]]:
+    """The distinct (format, header version) pairs of :func:`header_rows`."""
+    return [(str(r[0]), None if r[1] is None else str(r[1]))
+            for r in rows.select("_format", "_version").distinct().collect()]
+
+
+def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
+                    versions: list[tuple[str, str | None]] | None = None) -> Any:
     """Every change of a batch as ``op, before, after, unchanged, source``, whatever its
     format; ``before`` and ``after`` are maps of column name to the value's text.
 
     Avro values are decoded with the writer schema of the version their
     ``pgcdc.table_version`` header names, one version at a time; the decoded
-    ``source.table_version`` must agree with the header.  Tombstones are skipped.
+    ``source.table_version`` must agree with the header (checked by
+    :func:`summarize`).  Tombstones are skipped.
     """
     from pyspark.sql import functions as F
 
-    rows = batch.where("value IS NOT NULL").selectExpr(
-        "value", f"coalesce({_HEADER.format('pgcdc.format')}, 'json') AS _format",
-        f"{_HEADER.format('pgcdc.table_version')} AS _version")
+    if rows is None:
+        rows = header_rows(batch)
+    if versions is None:
+        versions = batch_versions(rows)
     parts = [rows.where("_format = 'json'").select(
         F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"), "_version")
         .select("e.*", "_version")]
-    avro_versions = [r[0] for r in rows.where("_format = 'avro'").select("_version")
-                     .distinct().collect()]
-    for version in avro_versions:
+    for version in sorted({v for f, v in versions if f == "avro"}, key=str):
         spec = catalog.by_version(str(version))
         if spec is None or spec.value_schema is None:
             msg = (f"Avro events of table version {version} but the catalog log holds no "
@@ -88,11 +109,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog) -> Any:
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
-    mismatched = events.where("_version IS NOT NULL AND _version != source.table_version")
-    if not mismatched.isEmpty():
-        msg = "an event's pgcdc.table_version header disagrees with its source.table_version"
-        raise CatalogMismatchError(msg)
-    return events.drop("_version")
+    return events
 
 
 def _from_avro(rows: Any, spec: TableSpec) -> Any:
@@ -122,15 +139,34 @@ def _from_avro(rows: Any, spec: TableSpec) -> Any:
                               "_version")
 
 
-def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
-    """The table OIDs of the batch; raise if any event's version is unknown."""
-    pairs = events.select("source.table_oid", "source.table_version").distinct().collect()
-    missing = [(r[0], r[1]) for r in pairs if catalog.version(int(r[0]), str(r[1])) is None]
+def summarize(events: Any, catalog: CatalogLog) -> dict[int, tuple[int, int] | None]:
+    """Per table OID of the batch, the position of its newest truncate (or None), in one
+    pass; raise if an event's version is unknown or disagrees with its header."""
+    from pyspark.sql import functions as F
+
+    summary = events.groupBy("source.table_oid").agg(
+        F.expr("collect_set(source.table_version)").alias("versions"),
+        F.expr("max(CASE WHEN op = 't' THEN struct(source.commit_lsn, source.ordinal) END)")
+        .alias("trunc"),
+        F.expr("max(_version IS NOT NULL AND _version != source.table_version)")
+        .alias("mismatch"),
+    ).collect()
+    if any(r["mismatch"] for r in summary):
+        msg = "an event's pgcdc.table_version header disagrees with its source.table_version"
+        raise CatalogMismatchError(msg)
+    missing = [(r["table_oid"], v) for r in summary for v in r["versions"]
+               if catalog.version(int(r["table_oid"]), str(v)) is None]
     if missing:
         msg = (f"events name table versions missing from the catalog log: {missing}; "
                "the catalog topic is incomplete or belongs to another topic prefix")
         raise CatalogMismatchError(msg)
-    return sorted({int(r[0]) for r in pairs})
+    return {int(r["table_oid"]): None if r["trunc"] is None
+            else (int(r["trunc"][0]), int(r["trunc"][1])) for r in summary}
+
+
+def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
+    """The table OIDs of the batch; raise if any event's version is unknown."""
+    return sorted(summarize(events, catalog))
 
 
 def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
@@ -214,28 +250,39 @@ def _record_truncate(spark: Any, path: str, position: tuple[int, int]) -> None:
     """The table-level tombstone: no change older than this truncate is applied again."""
     spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
               f"('{TRUNCATED_PROPERTY}' = '{position[0]}/{position[1]}')")
+    forget(path)
+
+
+_UNKNOWN = object()
 
 
 def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 idempotence: tuple[str, int] | None = None, changelog: bool = False,
-                versions: list[TableSpec] | None = None) -> int:
-    """MERGE one table's events of a batch; returns how many changes were applied."""
+                versions: list[TableSpec] | None = None,
+                truncate: tuple[int, int] | None | object = _UNKNOWN) -> int:
+    """MERGE one table's events of a batch; returns how many changes were applied.
+
+    ``truncate``: the position of the batch's newest truncate of this table, if the caller
+    knows it (:func:`summarize`), else it is looked up here."""
     path = table_path(lake, spec)
     target = ensure_table(spark, path, spec, versions)
     rows = shape(events, spec, versions)
     applied_rows = rows
-    truncate = rows.where("_op = 't'").selectExpr(f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p")\
-        .collect()[0]["p"]
-    floor = truncated_at(spark, path)
-    if truncate is not None:
+    if truncate is _UNKNOWN:
+        found = rows.where("_op = 't'").selectExpr(
+            f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p").collect()[0]["p"]
+        truncate = None if found is None else (int(found[0]), int(found[1]))
+    floor = cached_property(spark, path, TRUNCATED_PROPERTY)
+    floor_at = None if floor is None else (int(floor.split("/")[0]), int(floor.split("/")[1]))
+    if isinstance(truncate, tuple):
         position = (int(truncate[0]), int(truncate[1]))
-        if floor is None or position > floor:
+        if floor_at is None or position > floor_at:
             # recorded first: should the delete or the MERGE fail, the replay still knows
             _record_truncate(spark, path, position)
-            floor = position
+            floor_at = position
         target.delete(_position(*position, "<"))
-    if floor is not None:  # a change older than the newest truncate never comes back
-        rows = rows.where(_position(*floor, ">"))
+    if floor_at is not None:  # a change older than the newest truncate never comes back
+        rows = rows.where(_position(*floor_at, ">"))
     latest = drop_superseded(spark, latest_per_key(rows.where("_op != 't'"), spec), spec,
                              path, versions).persist()
     names = [c.name for c in spec.columns]
@@ -294,17 +341,33 @@ def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterat
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogLog, lake: str,
+CatalogSource = CatalogLog | Callable[[set[str]], CatalogLog]
+
+
+def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
                 app_id: str, changelog: bool = False) -> dict[str, int]:
-    """Apply one micro-batch; returns the changes applied per table."""
-    events = parse_envelopes(batch, catalog).persist()
+    """Apply one micro-batch; returns the changes applied per table.
+
+    ``catalog``: the catalog log, or a function giving one that holds the given versions
+    (the job's cache, which reads the catalog topic again only for a version it lacks).
+    """
+    rows = header_rows(batch).persist()  # Kafka is read once per batch
+    events = None
     try:
+        versions = batch_versions(rows)
+        if not versions:
+            return {}
+        log_ = catalog if isinstance(catalog, CatalogLog) else catalog(
+            {v for _, v in versions if v is not None})
+        events = parse_envelopes(batch, log_, rows=rows, versions=versions).persist()
         applied: dict[str, int] = {}
-        for oid in check_versions(events, catalog):
-            spec = catalog.latest(oid)
+        for oid, truncate in sorted(summarize(events, log_).items()):
+            spec = log_.latest(oid)
             applied[spec.qualified_name] = apply_table(
                 spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog,
-                versions=catalog.versions(oid))
+                versions=log_.versions(oid), truncate=truncate)
         return applied
     finally:
-        events.unpersist()
+        if events is not None:
+            events.unpersist()
+        rows.unpersist()

@@ -59,6 +59,7 @@ TRUNCATED_PROPERTY = "pgcdc.truncatedAt"  # "<commit_lsn>/<ordinal>" of the newe
 
 _CREATE_PROPERTIES = {
     "delta.enableTypeWidening": "true",
+    "delta.enableDeletionVectors": "true",  # a MERGE marks replaced rows, no file rewrite
     "delta.columnMapping.mode": "name",
     "delta.minReaderVersion": "3",
     "delta.minWriterVersion": "7",
@@ -84,6 +85,23 @@ def table_properties(spark: Any, path: str) -> dict[str, str]:
     return dict(row["properties"] or {})
 
 
+# What this driver last did to each table: the table version it evolved it to and its
+# properties then, so that a micro-batch of an unchanged table version reads no metadata.
+# pgcdc is the only writer of its lake tables; a restarted driver starts empty.
+_STATE: dict[str, tuple[str | None, dict[str, str]]] = {}
+
+
+def forget(path: str) -> None:
+    """The table changed behind the cache (a property was set): read it again next time."""
+    _STATE.pop(path, None)
+
+
+def cached_property(spark: Any, path: str, key: str) -> str | None:
+    if path not in _STATE:
+        _STATE[path] = (None, table_properties(spark, path))
+    return _STATE[path][1].get(key)
+
+
 def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...],
            versions: list[TableSpec] | None = None) -> Any:
     """The Delta table at ``path``, created or brought to ``spec``'s shape.
@@ -95,6 +113,8 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
     """
     from delta.tables import DeltaTable
 
+    if _STATE.get(path, (None, {}))[0] == spec.version:
+        return DeltaTable.forPath(spark, path)
     target = f"delta.{quote(path)}"
     columns = [(c.name, c.spark_type) for c in spec.columns] + [(m, "bigint")
                                                                 for m in meta_columns]
@@ -104,13 +124,14 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         properties[COLUMNS_PROPERTY] = json.dumps(_identities(spec), sort_keys=True)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {target} ({ddl}) USING DELTA "
                   f"TBLPROPERTIES ({_properties_sql(properties)})")
+        _STATE[path] = (spec.version, table_properties(spark, path))
         return DeltaTable.forPath(spark, path)
     table = DeltaTable.forPath(spark, path)
     present = {f.name: f.dataType.simpleString() for f in table.toDF().schema.fields}
     changed = False
     identities = _identities(spec)
+    properties = table_properties(spark, path)
     if identities:
-        properties = table_properties(spark, path)
         known = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
         renamed = _rename(spark, target, spec, present, known, versions or [], properties)
         changed = renamed != present
@@ -119,6 +140,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         if merged != known:
             update = {COLUMNS_PROPERTY: json.dumps(merged, sort_keys=True)}
             spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(update)})")
+            properties.update(update)
     added = [(n, t) for n, t in columns if n not in present]
     if added:
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in added)
@@ -138,6 +160,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote(name)} TYPE {wanted}")
         changed = True
         log.info("widened %s.%s from %s to %s", path, name, have, wanted)
+    _STATE[path] = (spec.version, properties)
     return DeltaTable.forPath(spark, path) if changed else table
 
 

@@ -1,8 +1,9 @@
 """The Structured Streaming query: change topics in Kafka -> MERGE into Delta tables.
 
 Subscribes to every table topic of a prefix by pattern (new tables are picked
-up as their topics appear), reads the catalog log from Kafka at each
-micro-batch, and applies the batch with :func:`streaming.apply.apply_batch`.
+up as their topics appear), reads the catalog log from Kafka (again whenever
+a micro-batch names a table version it has not seen), and applies the batch
+with :func:`streaming.apply.apply_batch`.
 Checkpoint and table locations are URIs; nothing assumes local mode.
 """
 
@@ -66,13 +67,21 @@ def start(spark: Any, config: JobConfig,
     for key, value in (config.kafka_options or {}).items():
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
+    cached: list[CatalogLog] = []
+
+    def catalog_for(versions: set[str]) -> CatalogLog:
+        """The catalog log, read again from Kafka only when a batch names a version it lacks
+        (or events without a version header)."""
+        if not cached or not versions or any(cached[0].by_version(v) is None
+                                             for v in versions):
+            cached[:] = [read_catalog(spark, config)]
+        return cached[0]
 
     def each_batch(batch: Any, batch_id: int) -> None:
-        if batch.isEmpty():
-            return
-        catalog = read_catalog(spark, config)
-        applied = apply_batch(spark, batch, batch_id, catalog=catalog, lake=config.lake,
+        applied = apply_batch(spark, batch, batch_id, catalog=catalog_for, lake=config.lake,
                               app_id=identity, changelog=config.changelog)
+        if not applied:
+            return
         log.info("batch %d applied %s", batch_id, applied)
         if on_batch is not None:
             on_batch(batch_id, applied)

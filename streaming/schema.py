@@ -56,7 +56,39 @@ class ColumnSpec:
             return text_expr
         if spark_type == "binary":
             return f"unbase64({text_expr})"
+        if spark_type in _EXTREMES:
+            return _temporal(text_expr, spark_type)
+        if spark_type in ("float", "double"):  # NaN and infinities may arrive quoted (JSON)
+            return f"CAST(btrim({text_expr}, '\"') AS {spark_type})"
+        if spark_type.startswith("decimal"):  # a constrained numeric may hold NaN
+            return (f"CASE WHEN {text_expr} = 'NaN' THEN NULL "
+                    f"ELSE CAST({text_expr} AS {spark_type}) END")
         return f"CAST({text_expr} AS {spark_type})"
+
+
+# PostgreSQL's infinities become the type's greatest and least Spark values
+_EXTREMES = {
+    "date": ("date_from_unix_date(2147483647)", "date_from_unix_date(-2147483648)"),
+    "timestamp": ("timestamp_micros(9223372036854775807)",
+                  "timestamp_micros(-9223372036854775808)"),
+    "timestamp_ntz": ("CAST(timestamp_micros(9223372036854775807) AS TIMESTAMP_NTZ)",
+                      "CAST(timestamp_micros(-9223372036854775808) AS TIMESTAMP_NTZ)"),
+}
+
+
+def _temporal(t: str, spark_type: str) -> str:
+    """Dates and timestamps: ISO 8601 text, or the server's text where Python could not
+    hold the value (``infinity``, BC, a year past 9999).  A BC year ``y`` is the ISO year
+    ``1 - y``; a timestamp past Spark's greatest (+294247-01-10) is NULL."""
+    greatest, least = _EXTREMES[spark_type]
+    year = f"CAST(regexp_extract({t}, '^([0-9]+)', 1) AS INT)"
+    signed = (f"concat(CASE WHEN {year} = 1 THEN '' ELSE '-' END, "
+              f"lpad(CAST({year} - 1 AS STRING), 4, '0'), "
+              f"regexp_replace(substr({t}, 1, length({t}) - 3), '^[0-9]+', ''))")
+    return (f"CASE WHEN {t} = 'infinity' THEN {greatest} WHEN {t} = '-infinity' THEN {least} "
+            f"WHEN {t} LIKE '% BC' THEN CAST({signed} AS {spark_type}) "
+            f"WHEN {t} RLIKE '^[0-9]{{6}}' THEN try_cast({t} AS {spark_type}) "
+            f"ELSE CAST({t} AS {spark_type}) END")
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
         "spark.driver.memory": "2g",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
+        # the MERGE source is persisted and deterministic: no second copy
+        "spark.databricks.delta.merge.materializeSource": "none",
     }
     config.update(extra_config or {})
     for key, value in config.items():

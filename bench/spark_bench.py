@@ -1,0 +1,398 @@
+"""The Spark apply: catch-up throughput by micro-batch size, and commit -> lake latency.
+
+One throwaway PostgreSQL and one throwaway Kafka broker (``pgcdc.services``); pgcdc's
+:class:`Pipeline` streams into :class:`KafkaSink` (Avro by default); the Spark job
+(``streaming.job``, local[2], the same code as ``pgcdc spark``) applies the topic to Delta.
+
+**Catch-up** (``--catchup``).  A reference workload is captured into the topic first:
+``--rows`` inserts into ``bench.orders`` (bigint key, int, numeric(12,2), text, text,
+timestamptz), then updates of 30 % of the rows and deletes of 5 %, in transactions of 1,000
+rows.  Then, for each ``--batch-sizes`` value, a fresh query (new lake and checkpoint) runs
+with ``maxOffsetsPerTrigger`` = that value and the ``availableNow`` trigger until it has
+applied everything; events/s = change events in the topic / wall time from ``start()`` to
+the query's end (the Delta table's creation and every batch's MERGE included; the Spark
+session and its JVM are up before, and one unmeasured run of the largest size warms them).
+Each run's lake table is checked against the source (row count and sum of ids).
+
+**Latency** (``--latency``).  A writer in a child process inserts ``--rate`` rows/s into
+``bench.latency`` (``--rows-per-txn`` rows per transaction, on an absolute schedule) for
+``--seconds``, while the pipeline streams and the query runs with a ``--trigger`` second
+processing-time trigger.  Per transaction: from the moment its COMMIT returned
+(``CLOCK_REALTIME`` read by the writer right after ``execute``) to the moment the Delta
+commit that first holds its rows became visible, i.e. the modification time of that
+commit's ``_delta_log/<version>.json`` (a Delta reader sees a version once that file
+exists).  Which commit first holds a row is read from the log alone, after the run, so the
+measurement does not load the machine while it runs: ids only grow (inserts only), and each
+commit's ``add`` actions carry the maximum ``id`` of the files they add (Delta's per-file
+statistics, under the column's physical name: column mapping).  The first ``--warmup``
+seconds are left out.
+
+Targets (2-core machine): catch-up >= 25,000 events/s; latency p50 <= 5 s, p99 <= 15 s.
+
+From the repository root::
+
+    python -m bench.spark_bench                      # both parts, defaults below
+    python -m bench.spark_bench --catchup --rows 200000 --batch-sizes 10000 50000 200000
+    python -m bench.spark_bench --latency --seconds 120 --rate 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from decoder.slot import current_wal_lsn
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.services.kafka import KafkaBroker
+from pgcdc.services.postgres import PostgresServer
+from sinks.kafka import KafkaSink
+from streaming import job
+
+log = logging.getLogger("bench.spark_bench")
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_EVENTS_PER_S = 25_000
+TARGET_P50_S = 5.0
+TARGET_P99_S = 15.0
+
+ORDERS_DDL = """
+CREATE SCHEMA IF NOT EXISTS bench;
+CREATE TABLE bench.orders (
+    id bigint PRIMARY KEY,
+    customer int NOT NULL,
+    amount numeric(12, 2) NOT NULL,
+    status text NOT NULL,
+    note text,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE PUBLICATION orders_pub FOR TABLE bench.orders;
+"""
+LATENCY_DDL = """
+CREATE SCHEMA IF NOT EXISTS bench;
+CREATE TABLE bench.latency (
+    id bigint PRIMARY KEY,
+    amount numeric(12, 2) NOT NULL,
+    label text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE PUBLICATION latency_pub FOR TABLE bench.latency;
+"""
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    index = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[index]
+
+
+def _machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "load_average": [round(v, 2) for v in os.getloadavg()]}
+
+
+# --- catch-up ---------------------------------------------------------------------------------
+
+
+def _fill(dsn: str, rows: int) -> None:
+    """The reference workload: inserts, then updates of 30 % and deletes of 5 % of the rows."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for low in range(1, rows + 1, 1000):
+            high = min(rows, low + 999)
+            conn.execute("INSERT INTO bench.orders (id, customer, amount, status, note) "
+                         "SELECT g, g %% 997, (g %% 100000) / 100.0, 'new', 'order ' || g "
+                         "FROM generate_series(%s::bigint, %s::bigint) g", (low, high))
+        for low in range(1, rows + 1, 1000 * 10 // 3):  # 1,000 of every 3,333 ids
+            conn.execute("UPDATE bench.orders SET status = 'paid', amount = amount + 1, "
+                         "updated_at = clock_timestamp() WHERE id BETWEEN %s AND %s",
+                         (low, low + 999))
+        for low in range(1, rows + 1, 20_000):  # 1,000 of every 20,000 ids
+            conn.execute("DELETE FROM bench.orders WHERE id BETWEEN %s AND %s",
+                         (low + 500, low + 1499))
+
+
+def _topic_events(spark: Any, servers: str, topic: str) -> tuple[int, int]:
+    """(change events, records including Kafka tombstones) in a topic."""
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    row = frame.selectExpr("count(value) AS events", "count(*) AS records").collect()[0]
+    return int(row["events"]), int(row["records"])
+
+
+def _run_catchup(spark: Any, servers: str, prefix: str, batch_size: int,
+                 root: Path) -> dict[str, Any]:
+    lake, checkpoint = root / "lake", root / "cp"
+    config = job.JobConfig(servers, lake.as_uri(), checkpoint.as_uri(), topic_prefix=prefix,
+                           trigger_seconds=None, max_offsets_per_trigger=batch_size)
+    batches: list[tuple[int, float, int]] = []
+
+    def on_batch(batch_id: int, applied: dict[str, int]) -> None:
+        batches.append((batch_id, time.monotonic(), sum(applied.values())))
+
+    start = time.monotonic()
+    query = job.start(spark, config, on_batch)
+    query.awaitTermination(3600)
+    elapsed = time.monotonic() - start
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    frame = spark.read.format("delta").load(f"{lake.as_uri()}/bench.orders")
+    row = frame.selectExpr("count(*) AS n", "sum(id) AS s").collect()[0]
+    return {"batch_size": batch_size, "batches": len(batches), "seconds": round(elapsed, 1),
+            "lake_rows": int(row["n"]), "lake_id_sum": int(row["s"] or 0)}
+
+
+def catchup(args: argparse.Namespace) -> dict[str, Any]:
+    from streaming.session import build_session
+
+    with PostgresServer(settings={"fsync": "off"}) as server, KafkaBroker() as broker, \
+            tempfile.TemporaryDirectory() as tmp:
+        dsn = server.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(ORDERS_DDL)
+        prefix = "bench"
+        sink = KafkaSink(broker.bootstrap_servers, topic_prefix=prefix)
+        pipeline = Pipeline(PipelineConfig(dsn, slot="orders", publication="orders_pub",
+                                           tables=["bench.orders"], create_publication=False),
+                            sink)
+        pipeline.prepare()  # the slot first, so that the workload is in it
+        started = time.monotonic()
+        _fill(dsn, args.rows)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until = current_wal_lsn(conn)
+        pipeline.run(until_lsn=until)
+        sink.close()
+        log.info("workload captured in %.1f s", time.monotonic() - started)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            source = conn.execute("SELECT count(*), sum(id) FROM bench.orders").fetchone()
+        assert source is not None
+        spark = build_session("pgcdc-bench")
+        try:
+            events, records = _topic_events(spark, broker.bootstrap_servers, "bench.bench.orders")
+            runs = []
+            if args.warm:
+                log.info("warm-up run (not measured)")
+                _run_catchup(spark, broker.bootstrap_servers, prefix, max(args.batch_sizes),
+                             Path(tmp) / "warm")
+            for size in args.batch_sizes:
+                load_before = os.getloadavg()[0]
+                run = _run_catchup(spark, broker.bootstrap_servers, prefix, size,
+                                   Path(tmp) / f"run{size}")
+                run["events_per_s"] = round(events / run["seconds"])
+                run["equal_to_source"] = (run["lake_rows"], run["lake_id_sum"]) == (
+                    int(source[0]), int(source[1] or 0))
+                run["load_average_1m_before"] = round(load_before, 2)
+                log.info("catch-up %s", run)
+                runs.append(run)
+        finally:
+            spark.stop()
+    return {"rows": args.rows, "events": events, "kafka_records": records, "runs": runs,
+            **_machine()}
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+def run_writer(dsn: str, rate: float, rows_per_txn: int, seconds: float, out: Path) -> int:
+    """Insert ``rate`` rows/s in transactions of ``rows_per_txn``; write (last id, ns) pairs."""
+    per_second = rate / rows_per_txn
+    total = round(per_second * seconds)
+    interval_ns = round(1e9 / per_second)
+    commits: list[tuple[int, int]] = []
+    late = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        start = time.monotonic_ns() + 50_000_000
+        for i in range(total):
+            due = start + i * interval_ns
+            wait = due - time.monotonic_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
+            elif wait < -interval_ns:
+                late += 1
+            low, high = i * rows_per_txn + 1, (i + 1) * rows_per_txn
+            conn.execute("INSERT INTO bench.latency (id, amount, label) "
+                         "SELECT g, g * 1.25, 'row ' || g "
+                         "FROM generate_series(%s::bigint, %s::bigint) g", (low, high),
+                         prepare=True)
+            commits.append((high, time.time_ns()))
+        elapsed = (time.monotonic_ns() - start) / 1e9
+    with out.open("w") as fh:
+        json.dump({"commits": commits, "elapsed": elapsed, "late": late}, fh)
+    return 0
+
+
+def visible_times(table: Path) -> list[tuple[int, int]]:
+    """Per Delta commit that added rows, in version order: (max id added, file mtime ns)."""
+    physical = "id"
+    out: list[tuple[int, int]] = []
+    logs = sorted((table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem))
+    for path in logs:
+        newest = -1
+        for line in path.read_text().splitlines():
+            action = json.loads(line)
+            if "metaData" in action:
+                for field in json.loads(action["metaData"]["schemaString"])["fields"]:
+                    if field["name"] == "id":
+                        physical = field.get("metadata", {}).get(
+                            "delta.columnMapping.physicalName", "id")
+            if "add" in action and action["add"].get("stats"):
+                stats = json.loads(action["add"]["stats"])
+                value = stats.get("maxValues", {}).get(physical)
+                if value is not None:
+                    newest = max(newest, int(value))
+        if newest >= 0:
+            out.append((newest, path.stat().st_mtime_ns))
+    return out
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    from streaming.session import build_session
+
+    with PostgresServer(settings={"fsync": "off"}) as server, KafkaBroker() as broker, \
+            tempfile.TemporaryDirectory() as tmp:
+        dsn = server.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(LATENCY_DDL)
+        sink = KafkaSink(broker.bootstrap_servers, topic_prefix="lat")
+        pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
+                                           tables=["bench.latency"], create_publication=False),
+                            sink)
+        pipeline.prepare()
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def stream() -> None:
+            try:
+                pipeline.run(stop=stop)
+            except BaseException as exc:  # reported below
+                failure.append(exc)
+
+        runner = threading.Thread(target=stream, name="pipeline", daemon=True)
+        runner.start()
+        # the catalog and the topic exist before the query starts
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO bench.latency (id, amount, label) VALUES (0, 0, 'first')")
+        spark = build_session("pgcdc-bench")
+        lake = Path(tmp) / "lake"
+        config = job.JobConfig(broker.bootstrap_servers, lake.as_uri(),
+                               (Path(tmp) / "cp").as_uri(), topic_prefix="lat",
+                               trigger_seconds=args.trigger)
+        query = job.start(spark, config)
+        table = lake / "bench.latency"
+        try:
+            deadline = time.monotonic() + 300
+            while not (table / "_delta_log").exists() and time.monotonic() < deadline:
+                time.sleep(0.5)  # the first row is in the lake: the query is warm
+            out = Path(tmp) / "commits.json"
+            argv = [sys.executable, "-m", "bench.spark_bench", "--writer", str(out),
+                    "--dsn", dsn, "--rate", str(args.rate), "--rows-per-txn",
+                    str(args.rows_per_txn), "--seconds", str(args.seconds)]
+            load_before = os.getloadavg()
+            subprocess.run(argv, cwd=REPO, check=True)
+            written = json.loads(out.read_text())
+            last = written["commits"][-1][0]
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not failure:
+                seen = visible_times(table)
+                if seen and seen[-1][0] >= last:
+                    break
+                time.sleep(1.0)
+            load_after = os.getloadavg()
+        finally:
+            query.stop()
+            spark.stop()
+            stop.set()
+            runner.join(30)
+            sink.close()
+        if failure:
+            raise failure[0]
+        seen = visible_times(table)
+    commits: list[tuple[int, int]] = [(int(i), int(t)) for i, t in written["commits"]]
+    warm = commits[0][1] + int(args.warmup * 1e9)
+    latencies: list[float] = []
+    missing = 0
+    position = 0
+    for high, committed in commits:
+        while position < len(seen) and seen[position][0] < high:
+            position += 1
+        if position == len(seen):
+            missing += 1
+            continue
+        if committed >= warm:
+            latencies.append((seen[position][1] - committed) / 1e9)
+    latencies.sort()
+    if not latencies:
+        msg = "no transaction became visible in the lake"
+        raise RuntimeError(msg)
+    return {
+        "rate_rows_per_s": args.rate, "rows_per_txn": args.rows_per_txn,
+        "trigger_s": args.trigger, "seconds": args.seconds,
+        "achieved_rows_per_s": round(len(commits) * args.rows_per_txn / written["elapsed"], 1),
+        "late_commits": written["late"], "transactions": len(commits),
+        "measured": len(latencies), "never_visible": missing, "delta_commits": len(seen),
+        "p50_s": round(percentile(latencies, 50), 2), "p90_s": round(percentile(latencies, 90), 2),
+        "p99_s": round(percentile(latencies, 99), 2), "max_s": round(latencies[-1], 2),
+        "mean_s": round(statistics.fmean(latencies), 2),
+        "load_average_before": [round(v, 2) for v in load_before],
+        "load_average_after": [round(v, 2) for v in load_after], **_machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--catchup", action="store_true", help="only the catch-up part")
+    parser.add_argument("--latency", action="store_true", help="only the latency part")
+    parser.add_argument("--rows", type=int, default=200_000, help="catch-up: rows inserted")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[10_000, 50_000, 200_000],
+                        help="catch-up: maxOffsetsPerTrigger values")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="catch-up: no unmeasured warm-up run")
+    parser.add_argument("--rate", type=float, default=1000.0, help="latency: rows per second")
+    parser.add_argument("--rows-per-txn", type=int, default=10, help="latency: rows per commit")
+    parser.add_argument("--seconds", type=float, default=120.0, help="latency: how long to write")
+    parser.add_argument("--warmup", type=float, default=15.0,
+                        help="latency: seconds at the start left out of the percentiles")
+    parser.add_argument("--trigger", type=float, default=1.0, help="latency: trigger, seconds")
+    parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--dsn", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("py4j", "kafka", "streaming"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.writer is not None:
+        return run_writer(args.dsn, args.rate, args.rows_per_txn, args.seconds, args.writer)
+    both = not args.catchup and not args.latency
+    if args.catchup or both:
+        report = catchup(args)
+        for run in report["runs"]:
+            verdict = "met" if run["events_per_s"] >= TARGET_EVENTS_PER_S else "NOT met"
+            print(f"catch-up maxOffsetsPerTrigger={run['batch_size']:,}: {report['events']:,} "
+                  f"events in {run['seconds']} s ({run['batches']} batches) = "
+                  f"{run['events_per_s']:,} events/s, lake equal: {run['equal_to_source']}; "
+                  f"target >= {TARGET_EVENTS_PER_S:,} {verdict}")
+        print(json.dumps({"catchup": report}))
+    if args.latency or both:
+        report = latency(args)
+        verdict = ("met" if report["p50_s"] <= TARGET_P50_S and report["p99_s"] <= TARGET_P99_S
+                   else "NOT met")
+        print(f"commit -> lake at {report['achieved_rows_per_s']:,} rows/s, trigger "
+              f"{report['trigger_s']} s: p50 {report['p50_s']} s, p90 {report['p90_s']} s, "
+              f"p99 {report['p99_s']} s, max {report['max_s']} s ({report['measured']} "
+              f"transactions); target p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s "
+              f"{verdict}")
+        print(json.dumps({"latency": report}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
