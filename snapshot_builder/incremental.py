@@ -390,8 +390,9 @@ class IncrementalSnapshots:
         """The chunk thread: a lost connection is opened again; anything else stops it."""
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.dsn, autocommit=True,
-                                     options=SESSION_OPTIONS) as conn:
+                # the watermarks' commits wait for no standby: the slot reads flushed WAL
+                with psycopg.connect(self.dsn, autocommit=True, options=SESSION_OPTIONS
+                                     + " -c synchronous_commit=local") as conn:
                     install_signal_table(conn)
                     self._loop(conn)
                 return
@@ -413,10 +414,12 @@ class IncrementalSnapshots:
                 self._poll_signals(conn)
                 next_poll = time.monotonic() + self.poll_interval
             with self._lock:
-                job = None if self.state.paused or not self.state.jobs else self.state.jobs[0]
-            if job is None:
-                self._keys.clear()
-                target = target_job = None
+                paused = self.state.paused
+                job = self.state.jobs[0] if self.state.jobs else None
+            if job is None or paused:
+                if job is not target_job:  # nothing to read (paused: keep recording)
+                    self._keys.clear()
+                    target = target_job = None
                 self._stop.wait(min(self.poll_interval, 0.2))
                 continue
             if job is not target_job:
@@ -455,23 +458,23 @@ class IncrementalSnapshots:
                  ", ".join(target.key), job.after or job.from_key or "the start")
         return target
 
-    def _wait_commit_tails(self, conn: Conn, timeout: float = 60.0) -> None:
+    def _wait_commit_tails(self, conn: Conn, warn_after: float = 60.0) -> None:
         """Changes streamed before the keys were recorded are safe only if every chunk's
         snapshot sees them: wait while a transaction is committed (clog) but not yet
         visible (a synchronous-replication wait, or the instant after the flush)."""
-        deadline = time.monotonic() + timeout
+        warn_at = time.monotonic() + warn_after
         while not self._stop.is_set():
             row = conn.execute(
                 "SELECT count(*) FROM pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot())"
                 " x WHERE pg_catalog.pg_xact_status(x) = 'committed'").fetchone()
             if row is None or row[0] == 0:
                 return
-            if time.monotonic() > deadline:
-                log.warning("%d transaction(s) committed but not visible for %.0f s "
-                            "(synchronous replication?); the incremental snapshot goes on",
-                            row[0], timeout)
-                return
-            time.sleep(0.01)
+            if time.monotonic() > warn_at:
+                log.warning("%d transaction(s) committed but not visible for %.0f s (a "
+                            "synchronous standby that does not answer?); the incremental "
+                            "snapshot waits for them", row[0], warn_after)
+                warn_at = time.monotonic() + warn_after
+            self._stop.wait(0.01)
 
     def _emit_mark(self, conn: Conn, kind: str, chunk: int) -> int:
         """A non-transactional logical message, flushed at once (the transaction that writes

@@ -528,3 +528,50 @@ def test_a_column_added_during_the_snapshot(pg_conn: Conn, pg_dsn: str, tmp_path
     source = {int(str(i)): (v, p, n) for i, v, p, n in
               pg_conn.execute("SELECT id, version, payload, note FROM ledger").fetchall()}
     assert folded == source
+
+
+def test_a_commit_streamed_before_it_is_visible_supersedes_the_chunk_row(
+        pg_conn: Conn, pg_dsn: str, tmp_path: Path) -> None:
+    """The trap, made deterministic: a synchronous standby that never answers keeps a
+    committed transaction invisible (it waits in SyncRepWaitForLSN after its commit record is
+    flushed) while the slot already streams it. Its update of key 900 comes before the chunk's
+    LOW, so DBLog's window would keep the chunk row (version 1) and undo the update."""
+    _table(pg_conn, 1000)
+    pg_conn.execute("SET synchronous_commit = local")
+    sink = RecordingSink()
+    committed = threading.Event()
+
+    def invisible_update() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = on")
+            conn.execute("UPDATE ledger SET version = 999 WHERE id = 900")  # waits for a standby
+        committed.set()
+
+    waiting = threading.Thread(target=invisible_update, daemon=True)
+    try:
+        with _streaming(pg_dsn, sink, tmp_path / "inc.json", tables=["public.ledger"],
+                        chunk_size=100) as (_, incremental):
+            send_signal(pg_conn, "execute-snapshot", {"tables": ["public.ledger"]})
+            _until(lambda: incremental.chunks_emitted >= 1, "the first chunk")
+            send_signal(pg_conn, "pause-snapshot", {})
+            _until(lambda: StateStore(tmp_path / "inc.json").load().paused, "the pause")
+            time.sleep(0.5)  # a chunk already started finishes
+            assert incremental.chunks_emitted < 9  # key 900 is in the tenth chunk
+            pg_conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+            pg_conn.execute("SELECT pg_reload_conf()")
+            time.sleep(0.5)  # the reload reaches the backends
+            waiting.start()
+            _until(lambda: any(e.op == "u" for e in list(sink.events)), "the streamed update")
+            assert not committed.is_set()
+            assert pg_conn.execute("SELECT version FROM ledger WHERE id = 900").fetchone() == (1,)
+            send_signal(pg_conn, "resume-snapshot", {})
+            _until(lambda: bool(_done(incremental)), "the snapshot")
+    finally:
+        pg_conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        pg_conn.execute("SELECT pg_reload_conf()")
+        waiting.join(30)
+    assert committed.is_set()
+    _catch_up(pg_dsn, sink, pg_conn, ["public.ledger"])
+    assert _fold(sink.events)[900] == (999, _source(pg_conn)[900][1])
+    assert _fold(sink.events) == _source(pg_conn)
+    assert incremental.rows_superseded == 1
