@@ -573,13 +573,13 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
     is unfinished."""
     from snapshot_builder.initial_load import InitialLoad, LoadConfig
 
-    progress_file, _, state_file = _paths(settings)
+    progress_file, catalog_dir, state_file = _paths(settings)
     source = settings.source
     load = InitialLoad(LoadConfig(source.conninfo(), state_file, slot=source.slot,
                                   publication=source.publication, tables=source.tables,
                                   readers=settings.load.readers,
                                   chunk_pages=settings.load.chunk_pages,
-                                  progress_file=progress_file), sink)
+                                  progress_file=progress_file, catalog_dir=catalog_dir), sink)
     if only_pending and not load.pending():
         return True
     stop = threading.Event()

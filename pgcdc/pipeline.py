@@ -212,7 +212,7 @@ class Pipeline:
         cfg = self.config
         capture = False
         if cfg.capture_ddl:
-            if not ddl.installed(conn):
+            if not ddl.current(conn):  # an older installation captures tables only: upgrade
                 try:
                     ddl.install(conn)
                 except ddl.DdlCaptureError as exc:
@@ -221,7 +221,9 @@ class Pipeline:
         history = HistoryFile(cfg.catalog_dir).load() if cfg.catalog_dir else CatalogHistory()
         self.builder = SnapshotBuilder(history)
         if history.latest.version > 0:
-            self.builder.resume()
+            # a DDL transaction stored but not confirmed before a crash is recognised
+            self.builder.resume(max(lsn, self._acks.stored))
+            self._attach_xmax = self.builder.attach_xmax
             return
         baseline = ddl.baseline(conn, cfg.publication) if capture else []
         if not slot_existed:
@@ -231,7 +233,8 @@ class Pipeline:
             .fetchall()
         running = [int(str(r[0])) for r in row]
         self._attach_xmax = max(running, default=0)
-        self.builder.attach(baseline, lsn, frozenset(x & 0xFFFFFFFF for x in running))
+        self.builder.attach(baseline, lsn, frozenset(x & 0xFFFFFFFF for x in running),
+                            xmax=self._attach_xmax)
 
     def _check_running_finished(self) -> None:
         """FULL_SNAPSHOT ends once every transaction running at attach has finished."""
@@ -594,6 +597,9 @@ class Pipeline:
         if self.builder.state is BuilderState.FULL_SNAPSHOT:
             self._check_running_finished()
         acks.confirm(stream, idle=idle)
+        if self.config.catalog_dir is not None:  # below the slot's restart_lsn, once a minute
+            self.builder.compact_for_slot(self._connection, self.config.slot,
+                                          stored_lsn=self._acks.stored)
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         """The normal (not replication) connection of the session, opened on first use."""

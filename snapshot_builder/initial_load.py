@@ -99,7 +99,9 @@ from pgcdc.errors import TerminalError, TransientError
 from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
 from sinks.sink import Sink
 from snapshot_builder import ddl
+from snapshot_builder.builder import SnapshotBuilder
 from snapshot_builder.chunk_reader import Batch, ChunkTask, Failed, read_chunks
+from snapshot_builder.history import HistoryFile
 from snapshot_builder.load_progress import LoadProgress, TableProgress
 from snapshot_builder.load_state import (
     COMPLETE,
@@ -154,6 +156,9 @@ class LoadConfig:
     flush_timeout: float = 120.0
     progress_interval: float = 2.0
     progress_file: Path | None = None  # streaming progress that must not exist for a new slot
+    # where the stream keeps its catalog history: the load starts it with the catalog as
+    # of the consistent point, so DDL between the load and the stream is decoded right
+    catalog_dir: Path | None = None
 
 
 @dataclass
@@ -292,6 +297,7 @@ class InitialLoad:
             snapshot = _Snapshot(self._connect())
             try:
                 _begin(snapshot.coordinator, exported.snapshot_name)
+                self._start_history(snapshot.coordinator, exported.consistent_point)
                 self._add_readers(snapshot, exported.snapshot_name)
             except BaseException:
                 snapshot.close()
@@ -299,6 +305,19 @@ class InitialLoad:
         finally:
             stream.close()  # every reader imported the snapshot: the export may end
         return state, snapshot
+
+    def _start_history(self, coordinator: Conn, consistent_point: int) -> None:
+        """The catalog history's first version: the published tables and the types as the
+        exported snapshot sees them, i.e. at the slot's consistent point.  Streaming later
+        resumes this history; a DDL committed after the snapshot then arrives through the
+        slot as a change of it, not as a surprise against today's definitions."""
+        cfg = self.config
+        if cfg.catalog_dir is None or not cfg.capture_ddl or not ddl.installed(coordinator):
+            return
+        history = HistoryFile(cfg.catalog_dir).load()
+        if history.latest.version == 0:
+            SnapshotBuilder(history).start_consistent(
+                ddl.baseline(coordinator, cfg.publication), consistent_point)
 
     def _export_snapshot(self, state: LoadState) -> _Snapshot:
         """A resumed generation: a new snapshot from the coordinator's own transaction."""

@@ -311,3 +311,36 @@ def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_d
     source = {int(i): {"id": i, "pad": p, "big": b}  # type: ignore[call-overload]
               for i, p, b in pg_conn.execute("SELECT id, pad, big FROM t").fetchall()}
     assert rows == source
+
+
+def test_ddl_between_the_snapshot_and_the_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                                 topic_prefix: str, tmp_path: Path) -> None:
+    """`pgcdc snapshot`, then a column added and written, then `pgcdc run`: the load started
+    the catalog history at the consistent point, so the stream decodes the rows before the
+    ALTER with the old version and the rows after it with the new one."""
+    _ledger(pg_conn, rows=200)
+    pgcdc = _Pgcdc(pg_dsn, kafka_servers, topic_prefix, tmp_path)
+    pgcdc.start(["snapshot"])
+    code, err = pgcdc.wait(timeout=120)
+    assert code == 0, err
+    assert (tmp_path / "catalog").exists(), "the load did not start the catalog history"
+    pg_conn.execute("UPDATE ledger SET version = 2 WHERE id = 1")
+    pg_conn.execute("ALTER TABLE ledger ADD COLUMN note text")
+    pg_conn.execute("UPDATE ledger SET version = 3, note = 'after' WHERE id = 2")
+    target = current_wal_lsn(pg_conn)
+    pgcdc.start(["run"])
+    deadline = time.monotonic() + 90
+    while (info := slot_info(pg_conn, "pgcdc")) is None or (info.confirmed_flush_lsn or 0) < target:
+        assert pgcdc.proc is not None and pgcdc.proc.poll() is None, pgcdc.wait(5)
+        assert time.monotonic() < deadline, "pgcdc did not catch up"
+        time.sleep(0.2)
+    assert pgcdc.proc is not None
+    pgcdc.proc.send_signal(signal.SIGTERM)
+    code, err = pgcdc.wait(60)
+    assert code == 0, err
+    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
+    updates = {e["after"]["id"]: e for e in events if e["op"] == "u"}
+    assert "note" not in updates[1]["after"]
+    assert updates[2]["after"]["note"] == "after"
+    assert updates[1]["source"]["table_version"] != updates[2]["source"]["table_version"]
+    assert _fold(events) == _source(pg_conn)
