@@ -657,7 +657,7 @@ def _catalog(args: argparse.Namespace) -> int:
     if not catalog_dir.exists():
         msg = f"no catalog history in {catalog_dir}: run pgcdc first, or pass --catalog-dir"
         raise ConfigError(msg)
-    history = HistoryFile(catalog_dir).load()
+    history = HistoryFile(catalog_dir).load(read_only=True)  # pgcdc may be writing it
     if args.action == "history":
         print(catalog_view.history_lines(history))
     elif args.action == "show":
