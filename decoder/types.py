@@ -5,8 +5,10 @@ have OIDs that only their database knows.  :func:`load_types` reads
 ``pg_type`` (with ``pg_range`` for ranges and multiranges and ``pg_attribute``
 for the fields of composites) for the OIDs a table uses, then for every type
 those are built from, until it reaches built-in types, and registers each by
-its kind.  A base type that is not built in (an extension's, such as
-``citext``) is registered by name only: its values stay text.
+its kind.  ``hstore`` and PostGIS's ``geometry`` and ``geography`` are decoded
+into structures (decoder/extensions.py); another base type that is not built in
+(an extension's, such as ``citext``) is registered by name only: its values stay
+text.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow, tuple_row
 
+from decoder.extensions import BY_NAME
 from decoder.values import TypeRegistry
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,8 @@ def _register(cur: psycopg.Cursor[TupleRow], rows: list[TupleRow],
             needed.add(multirange_subtype)
         elif kind == "c":
             composites[relid] = (oid, name)
+        elif kind == "b" and typname in BY_NAME:  # hstore, PostGIS: structured
+            registry.register_base(oid, BY_NAME[typname], name=name)
         else:  # a base or pseudo type without a decoder: its text, with its name
             registry.register_text(oid, name=name)
     if composites:

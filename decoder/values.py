@@ -726,6 +726,10 @@ class TypeRegistry:
         """A multirange: a tuple of ranges over ``subtype_oid`` (the subtype of its range)."""
         self._register(oid, name, lambda resolve: _multirange(resolve(subtype_oid)))
 
+    def register_base(self, oid: int, decode: TextDecoder, *, name: str | None = None) -> None:
+        """A base type of an extension with a decoder of its own (decoder/extensions.py)."""
+        self._register(oid, name, lambda resolve: decode)
+
     def register_text(self, oid: int, *, name: str | None = None) -> None:
         """A type whose value stays its text (an extension's base type, say), with its name."""
         self._register(oid, name, lambda resolve: str)
