@@ -82,6 +82,7 @@ log = logging.getLogger("bench.soak")
 SLOT = "pgcdc"
 PREFIX = "soak"
 FAULTS = ("pg-fast", "kafka-stop", "pg-immediate", "kafka-kill")
+HOLD_LIMIT = 600.0  # seconds the writer may be held while PostgreSQL restarts
 TABLE_DDL = "CREATE TABLE {}.ledger (id int PRIMARY KEY, version int NOT NULL, payload text)"
 LAG_SQL = """
 SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text, active_pid
@@ -199,7 +200,11 @@ class Load:
                     for conn in conns:
                         conn.close()
                     self._held.set()
+                    held_until = time.monotonic() + HOLD_LIMIT
                     while self._hold.is_set() and not self._stop.is_set():
+                        if time.monotonic() > held_until:
+                            msg = f"the writer was held for more than {HOLD_LIMIT:.0f} s"
+                            raise RuntimeError(msg)
                         time.sleep(0.05)
                     if self._stop.is_set():
                         return
