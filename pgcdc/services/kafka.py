@@ -183,7 +183,9 @@ class KafkaBroker:
             "auto.create.topics.enable=false",
             "",
         ]))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # the tool would read a leading "-" as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
             [self.java, "-cp", self._jars(), "kafka.tools.StorageTool", "format",
              "-t", cluster_id, "-c", str(config), *self._scram_credentials()],
