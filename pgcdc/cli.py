@@ -146,10 +146,13 @@ def _parser() -> argparse.ArgumentParser:
     _catalog_option(snapshot, default=None)
     _add_load_options(snapshot)
 
-    status = sub.add_parser("status", help="the slot, its lag, stored progress and the "
-                                           "catalog version")
+    status = sub.add_parser("status", help="the slot, its lag, stored progress, the "
+                                           "builder state, the catalog version and, with "
+                                           "Kafka, the messages each topic holds")
     _source_options(status, publication=False)
     status.add_argument("--progress-file", type=Path)
+    status.add_argument("--bootstrap-servers", help="Kafka, to count each topic's messages")
+    status.add_argument("--topic-prefix", help="default pgcdc")
     _catalog_option(status, default=None)
 
     slot = sub.add_parser("slot", help="create or drop the replication slot")
@@ -599,8 +602,20 @@ def _status(settings: Settings) -> int:
     from pgcdc.status import render, status_report
 
     progress_file, catalog_dir, _ = _paths(settings)
-    print(render(status_report(settings.source.conninfo(), settings.source.slot, progress_file,
-                               catalog_dir)))
+    report = status_report(settings.source.conninfo(), settings.source.slot, progress_file,
+                           catalog_dir)
+    sink = settings.sink
+    if sink.kind == "kafka" and sink.bootstrap_servers:
+        from confluent_kafka import KafkaException
+
+        from pgcdc.status import topic_counts
+
+        try:
+            report["topics"] = topic_counts(sink.bootstrap_servers, sink.topic_prefix,
+                                            sink.kafka_config())
+        except KafkaException as exc:
+            report["topics"] = f"unavailable: {exc.args[0]}"
+    print(render(report))
     return 0
 
 

@@ -51,6 +51,32 @@ def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -
     return report
 
 
+def topic_counts(bootstrap_servers: str, prefix: str, client_config: dict[str, Any],
+                 timeout: float = 10.0) -> dict[str, int]:
+    """Messages retained per topic of ``prefix`` (the sum over partitions of high minus
+    low watermark): what a consumer reading from the beginning would get."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    config = {**client_config, "bootstrap.servers": bootstrap_servers}
+    metadata = AdminClient(config).list_topics(timeout=timeout)
+    consumer = Consumer({**config, "group.id": "pgcdc-status", "enable.auto.commit": False})
+    try:
+        counts: dict[str, int] = {}
+        for name, topic in sorted(metadata.topics.items()):
+            if not name.startswith(f"{prefix}."):
+                continue
+            total = 0
+            for partition in topic.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, partition),
+                                                           timeout=timeout)
+                total += high - low
+            counts[name] = total
+        return counts
+    finally:
+        consumer.close()
+
+
 def catalog_report(catalog_dir: Path) -> dict[str, Any]:
     """The persisted catalog history and the snapshot builder's state as last saved.
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from decoder.slot import current_wal_lsn, slot_info
+from pgcdc import cli
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
 from sinks.kafka import KafkaSink, catalog_topic, topic_name
@@ -26,7 +29,8 @@ def _read_all(servers: str, topic: str, expected: int) -> list[Any]:
 
 
 def test_events_reach_kafka_keyed_ordered_and_described(
-        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str) -> None:
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     pg_conn.execute("CREATE TABLE items (a int, b text, qty int, PRIMARY KEY (a, b))")
     sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, partitions=3,
                      value_format="json")
@@ -83,6 +87,14 @@ def test_events_reach_kafka_keyed_ordered_and_described(
     assert described["version"] in versions
     assert [(c["name"], c["key"]) for c in described["columns"]] == [
         ("a", True), ("b", True), ("qty", False)]
+
+    # pgcdc status counts what each topic holds
+    assert cli.main(["status", "--dsn", pg_dsn, "--bootstrap-servers", kafka_servers,
+                     "--topic-prefix", topic_prefix, "--progress-file", str(tmp_path / "p.json"),
+                     "--catalog-dir", str(tmp_path / "catalog")]) == 0
+    topics = json.loads(capsys.readouterr().out)["topics"]
+    assert topics[topic_name(topic_prefix, "public", "items")] == expected + 5
+    assert topics[catalog_topic(topic_prefix)] == len(catalog)
 
 
 def test_broker_outage_recreates_producer_without_loss(
