@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds without a message from the server after which the "
                           "replication connection counts as dead and is reconnected (like "
                           "wal_receiver_timeout; default 60, 0: never)")
+    run.add_argument("--origin", choices=["any", "none"],
+                     help="PostgreSQL 16+: 'none' leaves out changes that another node "
+                          "replicated here (loop-free two-way setups); default: the "
+                          "server's, 'any'")
     run.add_argument("--incremental-snapshots", action="store_true", default=None,
                      help="serve incremental snapshots while streaming: pgcdc snapshot-table "
                           "requests them (docs/incremental-snapshot.md)")
@@ -409,7 +413,8 @@ def _run(settings: Settings) -> int:
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,
-        receive_timeout=settings.source.receive_timeout), sink, incremental=incremental)
+        receive_timeout=settings.source.receive_timeout, origin=settings.source.origin),
+        sink, incremental=incremental)
     metrics = None
     if service.metrics_port is not None:
         try:

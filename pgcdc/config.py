@@ -102,6 +102,9 @@ class SourceSettings(_Section):
     tables: list[str] | None = None
     # seconds of silence after which the replication connection is dead; 0: never
     receive_timeout: float = Field(default=60.0, ge=0)
+    # pgoutput's origin filter (PostgreSQL 16+): "none" leaves out changes that came from
+    # another node through logical replication; "any" (the server's default) keeps them
+    origin: Literal["any", "none"] | None = None
 
     _tables = field_validator("tables", mode="before")(_split_tables)
 
@@ -294,6 +297,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("source", "publication"), "publication", "PUBLICATION"),
     _Key(("source", "tables"), "tables", "TABLES"),
     _Key(("source", "receive_timeout"), "receive_timeout", "RECEIVE_TIMEOUT"),
+    _Key(("source", "origin"), "origin", "ORIGIN"),
     _Key(("sink", "kind"), "sink", "SINK"),
     _Key(("sink", "bootstrap_servers"), "bootstrap_servers", "BOOTSTRAP_SERVERS"),
     _Key(("sink", "topic_prefix"), "topic_prefix", "TOPIC_PREFIX"),

@@ -53,7 +53,7 @@ from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
-from pgcdc.errors import PgcdcError
+from pgcdc.errors import PgcdcError, TerminalError
 from pgcdc.progress import ProgressStore, check_against_slot
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
@@ -102,6 +102,8 @@ class PipelineConfig:
     # a replication connection silent this long is dead (PostgreSQL's wal_receiver_timeout);
     # after half of it, pgcdc asks the server for a keepalive; 0: never
     receive_timeout: float = 60.0
+    # pgoutput's origin option (PostgreSQL 16+): "any" (the server's default) or "none"
+    origin: str | None = None
 
 
 @dataclass
@@ -131,6 +133,10 @@ class Progress:
         for (table, _op), count in list(self.by_table_op.items()):
             out[table] = out.get(table, 0) + count
         return out
+
+
+class OriginUnsupportedError(TerminalError):
+    """The origin option was asked of a server older than PostgreSQL 16."""
 
 
 def protocol_for(server_version: int) -> int:
@@ -254,6 +260,14 @@ class Pipeline:
                 options["streaming"] = "parallel" if version >= 4 else "on"
         if version >= 3 and self._two_phase:
             options["two_phase"] = "on"
+        if self.config.origin is not None:
+            if server_version < 160000:
+                msg = (f"origin = {self.config.origin!r} needs PostgreSQL 16 or later (the "
+                       f"server is {server_version // 10000}); remove the origin setting, or "
+                       "filter on the Origin messages downstream")
+                raise OriginUnsupportedError(msg)
+            options["origin"] = self.config.origin  # "none": only changes made here, not
+            # those a replication apply worker wrote (two-way replication without loops)
         return options
 
     # --- the loop -------------------------------------------------------------------------
