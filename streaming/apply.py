@@ -308,7 +308,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     try:
         with _idempotent_write(spark, idempotence):
             merge.execute()
-        record_deletes(spark, latest, spec, path)  # after the MERGE: a replay redoes it
+        record_deletes(spark, latest, spec, path, idempotence)  # after the MERGE
         if changelog:
             _append_changelog(applied_rows, path, idempotence)
         return int(latest.count())

@@ -5,9 +5,26 @@ pgcdc published, each with the LSN where it took effect.  :class:`CatalogLog`
 answers "which versions exist" and "what is the newest shape of this table",
 from Kafka alone: no driver-local files.
 
-Column values arrive as JSON (sinks/envelope.py) and are read as strings, then
-cast to the Spark type of the column's PostgreSQL type here.  Types without an
-exact Spark counterpart stay strings, exactly as PostgreSQL printed them.
+Column values arrive as text (the JSON envelope's, or an Avro string; sinks/envelope.py)
+and are cast to the Spark type of the column's PostgreSQL type here.  The lake
+representation per type (tests/integration/test_spark_types.py checks each against
+PostgreSQL):
+
+* ``bool`` boolean; ``int2``/``int4``/``int8`` smallint/int/bigint; ``oid`` bigint;
+* ``float4``/``float8`` float/double, NaN and infinities kept;
+* ``numeric(p,s)`` with p <= 38: decimal(p,s), a NaN there is NULL (Spark decimals have
+  none); any other ``numeric`` (unconstrained, or wider than 38 digits): string, the
+  exact decimal (``NaN``, ``Infinity`` spelled); ``money``: string, the exact amount;
+* ``bytea`` binary;
+* ``date`` date; ``timestamp`` timestamp_ntz; ``timestamptz`` timestamp (UTC).  BC dates
+  and years past 9999 are kept (Spark's range is wider); ``infinity``/``-infinity`` are
+  Spark's greatest/least value of the type; a timestamp past Spark's greatest
+  (+294247-01-10 04:00:54.775807; PostgreSQL allows up to 294276) is NULL;
+* every other type: string, as the envelope writes it: ``time``/``timetz`` and
+  ``interval`` ISO 8601, ``pg_lsn`` a number, ranges/multiranges, geometric types,
+  composites and arrays JSON, everything else (text types, uuid, json/jsonb, xml, bit
+  strings, MAC and network addresses, text search types, enum labels, domains, whatever
+  their base type) PostgreSQL's text.
 """
 
 from __future__ import annotations

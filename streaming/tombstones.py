@@ -4,8 +4,9 @@ Delivery is at-least-once, so a change can reach the lake again after the
 delete that superseded it (a replay split across micro-batches, late data).
 Without a record of the delete, that older change would insert the row again.
 Each Delta table ``<table>`` therefore has a companion ``<table>__tombstones``
-holding, per deleted key, the ``(commit_lsn, ordinal)`` of its newest delete;
-a change older than its key's tombstone is left out of the MERGE.  A newer
+holding the ``(commit_lsn, ordinal)`` of deletes, appended batch by batch (an
+append costs no join, a MERGE would); a change older than its key's newest
+tombstone is left out of the MERGE.  A newer
 change (a re-insert) passes, so the tombstone never needs removing; keeping
 the table small is a matter of vacuuming keys whose tombstones are older than
 anything that can still be replayed.
@@ -50,22 +51,26 @@ def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,
     # key columns renamed or widened like the table's own
     evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL),
            [_keys_only(v) for v in versions or []])
-    tombstones = spark.read.format("delta").load(tombstones_at)
+    keys = [quote(c.name) for c in spec.key_columns]
+    newest = spark.read.format("delta").load(tombstones_at).groupBy(*keys).agg(
+        F.expr(f"max(struct({COMMIT_LSN}, {ORDINAL}))").alias("_p"))
+    tombstones = newest.selectExpr(*keys, f"_p.{COMMIT_LSN} AS {COMMIT_LSN}",
+                                   f"_p.{ORDINAL} AS {ORDINAL}")
     joined = latest.alias("s").join(tombstones.alias("d"), F.expr(_on(spec, "s", "d")), "left")
     kept = joined.where(F.expr(f"d.{COMMIT_LSN} IS NULL OR {_newer('s', 'd')}"))
     return kept.select("s.*")
 
 
-def record_deletes(spark: Any, latest: Any, spec: TableSpec, path: str) -> None:
+def record_deletes(spark: Any, latest: Any, spec: TableSpec, path: str,
+                   idempotence: tuple[str, int] | None = None) -> None:
     """Remember the position of every delete among the batch's latest changes."""
     keys = [quote(c.name) for c in spec.key_columns]
     deletes = latest.where("_op = 'd'").select(*keys, COMMIT_LSN, ORDINAL)
     if deletes.isEmpty():
         return
     tombstones_at = tombstone_path(path)
-    (evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL)).alias("d")
-     .merge(deletes.alias("s"), _on(spec, "d", "s"))
-     .whenMatchedUpdate(condition=_newer("s", "d"),
-                        set={COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}"})
-     .whenNotMatchedInsertAll()
-     .execute())
+    evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL))
+    writer = deletes.write.format("delta").mode("append")
+    if idempotence is not None:  # a retried batch appends nothing twice
+        writer = writer.option("txnAppId", idempotence[0]).option("txnVersion", idempotence[1])
+    writer.save(tombstones_at)
