@@ -59,7 +59,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from decoder.change import ChangeEvent
+from decoder.change import READ, ChangeEvent
 from decoder.lsn import format_lsn
 from decoder.pgoutput import LogicalMessage
 from pgcdc.errors import TerminalError
@@ -178,6 +178,8 @@ class TransactionalKafkaSink(KafkaSink):
     _pending_end: int | None  # the end LSN of its last complete source transaction
     _began: float  # time.monotonic() at its start
     _messages: int  # produced in it
+    _last: tuple[int, int] | None  # (commit_lsn, ordinal) of the last event written in it
+    _last_lsn: int  # the LSN of the last transactional message written in it
 
     def __init__(self, bootstrap_servers: str, *, slot: str, topic_prefix: str = "pgcdc",
                  transactional_id: str | None = None, commit_interval_ms: int = 1000,
@@ -226,9 +228,13 @@ class TransactionalKafkaSink(KafkaSink):
         self._raise_error()
         if self._replayed(event.commit_lsn):
             return
+        position = (event.commit_lsn, event.ordinal)
+        if event.op != READ and self._went_back(event.commit_lsn, event.ordinal, None):
+            self._restarted(position)  # (the initial load's chunks interleave their rows)
         self._begin()
         self._source_open = True
         super().write(event)
+        self._last = position
 
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
                       xid: int | None) -> None:
@@ -238,10 +244,15 @@ class TransactionalKafkaSink(KafkaSink):
                 return
         elif self._replayed(commit_lsn):
             return
+        elif self._went_back(commit_lsn, None, lsn):
+            self._restarted((commit_lsn, -1))
         self._begin()
+        super().write_message(message, lsn=lsn, commit_lsn=commit_lsn, xid=xid)
         if commit_lsn is not None:
             self._source_open = True
-        super().write_message(message, lsn=lsn, commit_lsn=commit_lsn, xid=xid)
+            same = self._last is not None and self._last[0] == commit_lsn
+            self._last = (commit_lsn, self._last[1] if self._last and same else -1)
+            self._last_lsn = lsn
 
     def end_transaction(self, end_lsn: int) -> None:
         self._raise_error()
@@ -295,8 +306,13 @@ class TransactionalKafkaSink(KafkaSink):
         if self._in_transaction and not fatal:
             try:
                 self._producer.abort_transaction(30)
-            except KafkaException as exc:
-                log.warning("aborting the kafka transaction failed: %s", exc.args[0])
+            except (KafkaException, SystemError) as exc:
+                kafka_error = _kafka_error(exc)
+                if kafka_error is not None and _fenced(kafka_error) and not self._timed_out():
+                    # another instance: a new producer would fence it in turn
+                    self._error = ProducerFencedError(self.transactional_id, kafka_error)
+                    raise self._error from exc
+                log.warning("aborting the kafka transaction failed: %s", exc)
                 fatal = True
         if fatal:
             try:
@@ -328,7 +344,10 @@ class TransactionalKafkaSink(KafkaSink):
                 log.warning("closing the kafka transaction failed: %s", exc)
         self._plain.flush(30)
         del self._plain
-        super().close()
+        try:
+            super().close()
+        except (KafkaException, SystemError) as exc:  # a fenced or failed producer
+            log.warning("closing the kafka producer: %s", exc)
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -350,7 +369,32 @@ class TransactionalKafkaSink(KafkaSink):
         self._pending_end = None
         self._began = time.monotonic()
         self._messages = 0
+        self._last = None
+        self._last_lsn = 0
         self._tracker = AckTracker()
+
+    def _went_back(self, commit_lsn: int, ordinal: int | None, lsn: int | None) -> bool:
+        """Whether this event (``ordinal``) or transactional message (``lsn``) comes again:
+        source transactions arrive in commit order, each one's events by ordinal."""
+        if self._last is None or commit_lsn > self._last[0]:
+            return False
+        if commit_lsn < self._last[0] or not self._source_open:
+            return True  # an earlier or the last complete source transaction, again
+        if ordinal is not None:
+            return ordinal <= self._last[1]
+        return lsn is not None and lsn <= self._last_lsn
+
+    def _restarted(self, position: tuple[int, int]) -> None:
+        """The stream went back inside the open Kafka transaction: the pipeline reconnected
+        (a lost replication connection does not reset the sink) and resends what this
+        transaction holds already.  Abort it and resend from the durable position."""
+        if self._error is None:
+            last = self._last or (0, -1)
+            self._error = DeliveryError(
+                "the replication stream restarted inside an open Kafka transaction (at "
+                f"{format_lsn(position[0])}#{position[1]}, after {format_lsn(last[0])}#{last[1]}"
+                "); aborting it and resending from the durable position")
+        raise self._error
 
     def _replayed(self, commit_lsn: int) -> bool:
         """Whether a source transaction committed below the last committed end LSN (so it
@@ -393,6 +437,11 @@ class TransactionalKafkaSink(KafkaSink):
             self._durable = max(self._durable or 0, self._pending_end)
         self._start_batch()
 
+    def _timed_out(self) -> bool:
+        """Whether the open Kafka transaction is older than ``transaction.timeout.ms``."""
+        return (self._in_transaction
+                and time.monotonic() - self._began >= self.transaction_timeout)
+
     def _kafka(self, doing: str, call: Callable[[], _T]) -> _T:
         """A call of the transactional producer; its error is kept (the first) and raised."""
         try:
@@ -406,11 +455,11 @@ class TransactionalKafkaSink(KafkaSink):
     def _keep(self, error: KafkaError, doing: str) -> Exception:
         """Remember the first error and return it to raise."""
         if self._error is None:
-            open_for = time.monotonic() - self._began
-            if _fenced(error) and self._in_transaction and open_for >= self.transaction_timeout:
+            if _fenced(error) and self._timed_out():
                 # the coordinator timed the transaction out (which bumps the epoch too): not
                 # another instance, which would have fenced a younger transaction as well
-                self._error = TransactionTimedOutError(open_for, self.transaction_timeout, error)
+                self._error = TransactionTimedOutError(time.monotonic() - self._began,
+                                                       self.transaction_timeout, error)
             elif _fenced(error):
                 self._error = ProducerFencedError(self.transactional_id, error)
             else:
