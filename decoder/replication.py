@@ -10,13 +10,14 @@ non-blocking ``get_copy_data``/``put_copy_data`` and ``select`` on its socket.
 from __future__ import annotations
 
 import logging
+import os
 import select
 import struct
 import time
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import conninfo, pq, sql
 
 from decoder.errors import (
     ConnectionLostError,
@@ -34,6 +35,8 @@ SESSION_OPTIONS: Final = (
     "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=3 "
     "-c lc_monetary=C"
 )
+
+CONNECT_TIMEOUT: Final = 10  # seconds, for the replication connection (see connect())
 
 _XLOG_HEAD = struct.Struct("!QQq")
 _KEEPALIVE = struct.Struct("!QqB")
@@ -98,10 +101,16 @@ class ReplicationConnection:
     # --- connection -----------------------------------------------------------------------
 
     def connect(self) -> None:
+        # a host that accepts TCP but never answers must not hold a reconnect forever;
+        # a connect_timeout in the DSN or PGCONNECT_TIMEOUT wins
+        timeout: dict[str, Any] = {}
+        if "connect_timeout" not in conninfo.conninfo_to_dict(self.dsn) \
+                and "PGCONNECT_TIMEOUT" not in os.environ:
+            timeout["connect_timeout"] = CONNECT_TIMEOUT
         try:
             self._conn = psycopg.connect(
                 self.dsn, replication="database", autocommit=True,
-                application_name=self.application_name, options=self.options,
+                application_name=self.application_name, options=self.options, **timeout,
             )
         except psycopg.OperationalError as exc:
             msg = f"cannot open a replication connection: {exc}".strip()
