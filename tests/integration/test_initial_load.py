@@ -183,6 +183,20 @@ class _Pgcdc:
         _, err = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, err.decode(errors="replace")
 
+    def stop_after_catch_up(self, conn: Conn, target: int, timeout: float) -> str:
+        """Wait until the slot confirmed ``target``, then SIGTERM: exit 0; its stderr."""
+        deadline = time.monotonic() + timeout
+        while (info := slot_info(conn, "pgcdc")) is None \
+                or (info.confirmed_flush_lsn or 0) < target:
+            assert self.proc is not None and self.proc.poll() is None, self.wait(5)
+            assert time.monotonic() < deadline, "pgcdc did not catch up"
+            time.sleep(0.2)
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code, err = self.wait(60)
+        assert code == 0, err
+        return err
+
 
 def test_kill_during_load_resumes_and_keeps_durable_chunks(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
@@ -216,15 +230,7 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
         time.sleep(0.5)
     finally:
         writer.stop()
-    target = current_wal_lsn(pg_conn)
-    deadline = time.monotonic() + 60
-    while (info := slot_info(pg_conn, "pgcdc")) is None or (info.confirmed_flush_lsn or 0) < target:
-        assert time.monotonic() < deadline, "pgcdc did not catch up"
-        time.sleep(0.2)
-    assert pgcdc.proc is not None
-    pgcdc.proc.send_signal(signal.SIGTERM)
-    code, err = pgcdc.wait(60)
-    assert code == 0, err
+    err = pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn), timeout=60)
     assert "initial load (generation 1)" in err
 
     events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
@@ -329,15 +335,7 @@ def test_ddl_between_the_snapshot_and_the_stream(pg_conn: Conn, pg_dsn: str, kaf
     pg_conn.execute("UPDATE ledger SET version = 3, note = 'after' WHERE id = 2")
     target = current_wal_lsn(pg_conn)
     pgcdc.start(["run"])
-    deadline = time.monotonic() + 90
-    while (info := slot_info(pg_conn, "pgcdc")) is None or (info.confirmed_flush_lsn or 0) < target:
-        assert pgcdc.proc is not None and pgcdc.proc.poll() is None, pgcdc.wait(5)
-        assert time.monotonic() < deadline, "pgcdc did not catch up"
-        time.sleep(0.2)
-    assert pgcdc.proc is not None
-    pgcdc.proc.send_signal(signal.SIGTERM)
-    code, err = pgcdc.wait(60)
-    assert code == 0, err
+    pgcdc.stop_after_catch_up(pg_conn, target, timeout=90)
     events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
     updates = {e["after"]["id"]: e for e in events if e["op"] == "u"}
     assert "note" not in updates[1]["after"]
