@@ -16,8 +16,8 @@ Each run's lake table is checked against the source (row count and sum of ids).
 
 **Latency** (``--latency``).  A writer in a child process inserts ``--rate`` rows/s into
 ``bench.latency`` (``--rows-per-txn`` rows per transaction, on an absolute schedule) for
-``--seconds``, while the pipeline streams and the query runs with a ``--trigger`` second
-processing-time trigger.  Per transaction: from the moment its COMMIT returned
+``--seconds``, while the pipeline streams (its own process) and the query runs with a
+``--trigger`` second processing-time trigger.  Per transaction: from the moment its COMMIT returned
 (``CLOCK_REALTIME`` read by the writer right after ``execute``) to the moment the Delta
 commit that first holds its rows became visible, i.e. the modification time of that
 commit's ``_delta_log/<version>.json`` (a Delta reader sees a version once that file
@@ -41,12 +41,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -255,6 +255,17 @@ def visible_times(table: Path) -> list[tuple[int, int]]:
     return out
 
 
+def _stream(dsn: str, servers: str, stop: Any, ready: Any) -> None:
+    """The pipeline process of the latency run: stream until ``stop`` is set."""
+    sink = KafkaSink(servers, topic_prefix="lat")
+    pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
+                                       tables=["bench.latency"], create_publication=False), sink)
+    pipeline.prepare()
+    ready.set()
+    pipeline.run(stop=stop)
+    sink.close()
+
+
 def latency(args: argparse.Namespace) -> dict[str, Any]:
     from streaming.session import build_session
 
@@ -263,22 +274,16 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(LATENCY_DDL)
-        sink = KafkaSink(broker.bootstrap_servers, topic_prefix="lat")
-        pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
-                                           tables=["bench.latency"], create_publication=False),
-                            sink)
-        pipeline.prepare()
-        stop = threading.Event()
-        failure: list[BaseException] = []
-
-        def stream() -> None:
-            try:
-                pipeline.run(stop=stop)
-            except BaseException as exc:  # reported below
-                failure.append(exc)
-
-        runner = threading.Thread(target=stream, name="pipeline", daemon=True)
+        # the pipeline in its own process: the driver's Python (foreachBatch) has the GIL here
+        context = multiprocessing.get_context("spawn")
+        stop, ready = context.Event(), context.Event()
+        runner = context.Process(target=_stream, name="pipeline", daemon=True,
+                                 args=(dsn, broker.bootstrap_servers, stop, ready))
         runner.start()
+        if not ready.wait(120):
+            msg = "the pipeline process did not create its slot within 120 s"
+            raise RuntimeError(msg)
+        failure: list[BaseException] = []
         # the catalog and the topic exist before the query starts
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO bench.latency (id, amount, label) VALUES (0, 0, 'first')")
@@ -302,7 +307,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             written = json.loads(out.read_text())
             last = written["commits"][-1][0]
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not failure:
+            while time.monotonic() < deadline and runner.is_alive():
                 seen = visible_times(table)
                 if seen and seen[-1][0] >= last:
                     break
@@ -313,7 +318,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             spark.stop()
             stop.set()
             runner.join(30)
-            sink.close()
+        if runner.exitcode not in (0, None):
+            failure.append(RuntimeError(f"the pipeline process exited with {runner.exitcode}"))
         if failure:
             raise failure[0]
         seen = visible_times(table)
