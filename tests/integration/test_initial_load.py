@@ -260,11 +260,19 @@ def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_d
     out = tmp_path / "events.jsonl"
     argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", pg_dsn, "--tables", "public.t",
             "--sink", "jsonl", "--output", str(out), "--load-state", str(tmp_path / "load.json"),
-            "--progress-file", str(tmp_path / "progress.json"), "--readers", "1",
-            "--chunk-pages", "1"]
+            "--progress-file", str(tmp_path / "progress.json"),
+            "--catalog-dir", str(tmp_path / "catalog"), "--readers", "1", "--chunk-pages", "1"]
     crash = subprocess.run(argv, env={**os.environ, "PGCDC_FAIL_POINT": "after_snapshot_chunk:1"},
                            capture_output=True, timeout=60, check=False)
     assert crash.returncode == failpoints.EXIT_CODE, crash.stderr.decode()
+    # the crashed load's readers may outlive it by a moment, their snapshots keeping the rows
+    # deleted below from VACUUM: wait until no other session of this database holds one
+    deadline = time.monotonic() + 30
+    while pg_conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                          "current_database() AND pid <> pg_backend_pid() "
+                          "AND backend_xmin IS NOT NULL").fetchone() != (0,):
+        assert time.monotonic() < deadline, "the crashed load's sessions did not end"
+        time.sleep(0.1)
 
     # free space in page 0 (done), then update rows of later pages until one lands there;
     # where the free space map sends an update depends on the server's state, so free more
