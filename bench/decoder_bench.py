@@ -731,11 +731,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--until", help=argparse.SUPPRESS)
     parser.add_argument("--expect-events", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap-servers", help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling-last", action="store_true",
+                        help="measure (a) after the others instead of first (the first "
+                             "consumer's walsender reads the WAL from disk)")
     args = parser.parse_args(argv)
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
     if not keys or any(k not in SLOTS for k in keys):
         parser.error("--only takes a comma-separated subset of a, b, c")
     args.keys = sorted(set(keys))
+    if args.ceiling_last and "a" in args.keys:  # the first consumer reads the WAL cold
+        args.keys = [*(k for k in args.keys if k != "a"), "a"]
     if args.scale <= 0:
         parser.error("--scale must be positive")
     return args

@@ -95,32 +95,36 @@ Change = tuple[str, TableVersion, Row | None, Row | None, tuple[str, ...]]
 
 
 def decode_change(payload: bytes,
-                  current: Callable[[int], tuple[TableVersion, RowDecoder]]) -> Change:
+                  current: Callable[[int], tuple[TableVersion, RowDecoder]], *,
+                  streaming: bool = False) -> Change:
     """An Insert, Update or Delete message (outside a streamed block) straight to rows.
 
     The same result as :func:`decoder.pgoutput.parse` followed by
     :meth:`RowDecoder.decode` on each tuple, in one pass and without the message
-    object: this is the path almost every byte of the stream takes.  On malformed
-    input the parser itself is asked, so the error is the parser's own, with its tag
-    and offset.
+    object: this is the path almost every byte of the stream takes.  ``streaming``: the
+    message comes from a streamed block, with the transaction's xid after the tag.  On
+    malformed input the parser itself is asked, so the error is the parser's own, with its
+    tag and offset.
     """
     tag = payload[0]
+    at = 5 if streaming else 1  # the relation OID, after the tag (and the xid)
     try:
-        (oid,) = _u32(payload, 1)
+        (oid,) = _u32(payload, at)
         table, decoder = current(oid)
         columns = decoder.columns
-        kind = payload[5]
+        kind = payload[at + 4]
+        start = at + 5
         before: Row | None = None
         after: Row | None = None
         unchanged: tuple[str, ...] = ()
         if tag == _INSERT and kind == _NEW:
             op = CREATE
-            after, unchanged, pos = decode_row(payload, 6, columns)
+            after, unchanged, pos = decode_row(payload, start, columns)
         elif tag == _UPDATE:
             op = UPDATE
-            pos = 6
+            pos = start
             if kind == _KEY or kind == _OLD:
-                before, _, pos = decode_row(payload, 6, columns)
+                before, _, pos = decode_row(payload, start, columns)
                 if payload[pos] != _NEW:
                     raise _Malformed
                 pos += 1
@@ -129,7 +133,7 @@ def decode_change(payload: bytes,
             after, unchanged, pos = decode_row(payload, pos, columns)
         elif tag == _DELETE and (kind == _KEY or kind == _OLD):
             op = DELETE
-            before, _, pos = decode_row(payload, 6, columns)
+            before, _, pos = decode_row(payload, start, columns)
         else:
             raise _Malformed
         if pos != len(payload):
@@ -137,7 +141,7 @@ def decode_change(payload: bytes,
     except Exception as exc:
         # Malformed bytes get the parser's own error, whatever failed first here (a
         # column's decoder may have met a cut value before the cut was noticed).
-        pgoutput.parse(payload)
+        pgoutput.parse(payload, streaming=streaming)
         if isinstance(exc, TupleError):  # well-formed, but not the table version's shape
             reason, offset = exc.args
             raise DecodeError(reason, tag=chr(tag), offset=offset) from None

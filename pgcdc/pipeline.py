@@ -510,8 +510,15 @@ class Pipeline:
         self._txn = _OpenTransaction(xid, commit_lsn, commit_time)
         if spill is not None:
             try:
+                streaming = spill.streaming
                 for count, (lsn, payload) in enumerate(spill.replay(), 1):
-                    self._on_meta(pg.parse(payload, streaming=spill.streaming), lsn)
+                    if payload[0] in _ROW_TAGS:  # the changes: bytes straight to rows
+                        op, table, before, after, unchanged = decode_change(
+                            payload, self._current, streaming=streaming)
+                        failpoints.hit("after_decode")
+                        self._emit(op, table, before, after, unchanged, lsn)
+                    else:
+                        self._on_meta(pg.parse(payload, streaming=streaming), lsn)
                     if count % 100 == 0 and self._live is not None:
                         # a long replay still answers the server (wal_sender_timeout)
                         self.sink.poll(0)

@@ -129,20 +129,22 @@ def _cell(i: int) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def _changes(draw: st.DrawFn) -> tuple[TableVersion, bytes]:
+def _changes(draw: st.DrawFn) -> tuple[TableVersion, bytes, bool]:
+    streaming = draw(st.booleans())  # inside a streamed block: the xid after the tag
+    xid = 77 if streaming else None
     ncols = draw(st.integers(1, 6))
     table = _table(ncols)
     row = st.tuples(*(_cell(i) for i in range(ncols)))
     kind = draw(st.sampled_from(["I", "UN", "UK", "UO", "DK", "DO"]))
     if kind == "I":
-        message: pg.Message = pg.Insert(None, table.oid, draw(row))
+        message: pg.Message = pg.Insert(xid, table.oid, draw(row))
     elif kind == "UN":
-        message = pg.Update(None, table.oid, None, None, draw(row))
+        message = pg.Update(xid, table.oid, None, None, draw(row))
     elif kind[0] == "U":
-        message = pg.Update(None, table.oid, kind[1], draw(row), draw(row))
+        message = pg.Update(xid, table.oid, kind[1], draw(row), draw(row))
     else:
-        message = pg.Delete(None, table.oid, kind[1], draw(row))
-    return table, encode(message)
+        message = pg.Delete(xid, table.oid, kind[1], draw(row))
+    return table, encode(message, streaming=streaming), streaming
 
 
 def _outcome_of(fn: Any, *args: Any) -> tuple[str, Any]:
@@ -154,9 +156,9 @@ def _outcome_of(fn: Any, *args: Any) -> tuple[str, Any]:
         return type(exc).__name__, None
 
 
-def _reference(payload: bytes, table: TableVersion) -> tuple[Any, ...]:
+def _reference(payload: bytes, table: TableVersion, streaming: bool) -> tuple[Any, ...]:
     decoder = RowDecoder(table)
-    message = pg.parse(payload)
+    message = pg.parse(payload, streaming=streaming)
     if isinstance(message, pg.Insert):
         after, unchanged = decoder.decode(message.new)
         return ("c", table, None, after, unchanged)
@@ -169,17 +171,18 @@ def _reference(payload: bytes, table: TableVersion) -> tuple[Any, ...]:
 
 
 @given(_changes())
-def test_decode_change_equals_parse_and_decode(change: tuple[TableVersion, bytes]) -> None:
-    table, payload = change
+def test_decode_change_equals_parse_and_decode(change: tuple[TableVersion, bytes, bool]) -> None:
+    table, payload, streaming = change
     decoder = RowDecoder(table)
-    assert decode_change(payload, lambda oid: (table, decoder)) == _reference(payload, table)
+    assert decode_change(payload, lambda oid: (table, decoder), streaming=streaming) \
+        == _reference(payload, table, streaming)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(_changes(), st.data())
-def test_decode_change_fails_like_the_parser(change: tuple[TableVersion, bytes],
+def test_decode_change_fails_like_the_parser(change: tuple[TableVersion, bytes, bool],
                                              data: st.DataObject) -> None:
-    table, payload = change
+    table, payload, streaming = change
     buf = bytearray(payload)
     if data.draw(st.booleans()):
         at = data.draw(st.integers(1, len(buf) - 1))
@@ -188,8 +191,9 @@ def test_decode_change_fails_like_the_parser(change: tuple[TableVersion, bytes],
         buf.extend(data.draw(st.binary(min_size=1, max_size=3)))
     cut = bytes(buf[: data.draw(st.integers(1, len(buf)))])
     decoder = RowDecoder(table)
-    fused = _outcome_of(decode_change, cut, lambda oid: (table, decoder))
-    reference = _outcome_of(_reference, cut, table)
+    fused = _outcome_of(lambda *a: decode_change(*a, streaming=streaming), cut,
+                        lambda oid: (table, decoder))
+    reference = _outcome_of(_reference, cut, table, streaming)
     if reference[0] == "ValueError" and fused[0] == "decode-error":
         # well-formed bytes whose column count is not the table's: the reference's zip()
         # says ValueError, the fused path names it
