@@ -29,10 +29,7 @@ import psycopg
 
 from decoder import pgoutput as pg
 from decoder.change import (
-    CREATE,
-    DELETE,
     TRUNCATE,
-    UPDATE,
     ChangeEvent,
     RowDecoder,
     decode_change,
@@ -398,10 +395,7 @@ class Pipeline:
             self._stream.add(streamed_xid(payload), frame.wal_start, payload)
             return
         if tag in _ROW_TAGS and self._preparing is None:
-            # Almost every message: bytes straight to rows, no message object.
-            op, table, before, after, unchanged = decode_change(payload, self._current)
-            failpoints.hit("after_decode")
-            self._emit(op, table, before, after, unchanged, frame.wal_start)
+            self._change(payload, frame.wal_start)  # almost every message
             return
         message = pg.parse(payload)
         if self._preparing is not None and not isinstance(message, pg.Prepare):
@@ -411,9 +405,7 @@ class Pipeline:
                 # every later transaction, so it describes the table from here on.
                 self._on_meta(message, frame.wal_start)
             return
-        if isinstance(message, pg.Insert | pg.Update | pg.Delete):
-            self._change(message, frame.wal_start)
-        elif isinstance(message, pg.Begin):
+        if isinstance(message, pg.Begin):
             self._txn = _OpenTransaction(message.xid, message.final_lsn, message.commit_time)
         elif isinstance(message, pg.Commit):
             self._end(message.end_lsn)
@@ -451,8 +443,6 @@ class Pipeline:
                 self._acks.heartbeat(lsn)
         elif isinstance(message, pg.Origin):
             log.debug("origin %s at %s", message.name, format_lsn(lsn))
-        elif isinstance(message, pg.Insert | pg.Update | pg.Delete):
-            self._change(message, lsn)
         else:
             msg = f"unexpected {type(message).__name__} inside a transaction"
             raise DecodeError(msg, tag=None, offset=0)
@@ -512,11 +502,8 @@ class Pipeline:
             try:
                 streaming = spill.streaming
                 for count, (lsn, payload) in enumerate(spill.replay(), 1):
-                    if payload[0] in _ROW_TAGS:  # the changes: bytes straight to rows
-                        op, table, before, after, unchanged = decode_change(
-                            payload, self._current, streaming=streaming)
-                        failpoints.hit("after_decode")
-                        self._emit(op, table, before, after, unchanged, lsn)
+                    if payload[0] in _ROW_TAGS:
+                        self._change(payload, lsn, streaming=streaming)
                     else:
                         self._on_meta(pg.parse(payload, streaming=streaming), lsn)
                     if count % 100 == 0 and self._live is not None:
@@ -574,19 +561,12 @@ class Pipeline:
             raise DecodeError(msg, tag=None, offset=0)
         return current
 
-    def _change(self, message: pg.Insert | pg.Update | pg.Delete, lsn: int) -> None:
-        table, decoder = self._current(message.relation_oid)
+    def _change(self, payload: bytes, lsn: int, *, streaming: bool = False) -> None:
+        """An Insert, Update or Delete: bytes straight to rows (no message object)."""
+        op, table, before, after, unchanged = decode_change(payload, self._current,
+                                                            streaming=streaming)
         failpoints.hit("after_decode")
-        if isinstance(message, pg.Insert):
-            after, unchanged = decoder.decode(message.new)
-            self._emit(CREATE, table, None, after, unchanged, lsn)
-        elif isinstance(message, pg.Update):
-            before = decoder.decode(message.old)[0] if message.old is not None else None
-            after, unchanged = decoder.decode(message.new)
-            self._emit(UPDATE, table, before, after, unchanged, lsn)
-        else:
-            before = decoder.decode(message.old)[0]
-            self._emit(DELETE, table, before, None, (), lsn)
+        self._emit(op, table, before, after, unchanged, lsn)
 
     def _emit(self, op: str, table: TableVersion, before: dict[str, object] | None,
               after: dict[str, object] | None, unchanged: tuple[str, ...], lsn: int) -> None:
