@@ -177,26 +177,6 @@ class ReplicationConnection:
         self._streaming = True
         log.info("streaming slot %s from %s", slot, format_lsn(start_lsn))
 
-    def read(self, timeout: float) -> XLogData | Keepalive | None:
-        """The next message, or None if nothing arrived within ``timeout`` seconds."""
-        pgconn = self.pgconn
-        deadline = time.monotonic() + timeout
-        while True:
-            nbytes, data = pgconn.get_copy_data(1)
-            if nbytes > 0:
-                return parse_copy_data(bytes(data))
-            if nbytes == 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._wait(read=True, timeout=remaining)
-                try:
-                    pgconn.consume_input()
-                except psycopg.OperationalError as exc:
-                    raise self._lost(str(exc)) from exc
-                continue
-            raise self._lost(pgconn.get_error_message())
-
     def read_batch(self, timeout: float, limit: int = 1024) -> list[XLogData | Keepalive]:
         """The messages already received, at most ``limit``; waits up to ``timeout``
         seconds for the first.  An empty list: nothing arrived.

@@ -83,19 +83,20 @@ def capture() -> Path:
         stream.start("golden", 0, options)
         lines, streaming, received = [], False, 0
         while received < end:
-            message = stream.read(timeout=10)
-            if message is None:
+            batch = stream.read_batch(timeout=10)
+            if not batch:
                 break
-            received = max(received, message.wal_end)
-            if not isinstance(message, XLogData):
-                continue
-            tag = chr(message.payload[0])
-            if tag == "S":
-                streaming = True
-            inside = streaming and tag not in "SE"
-            lines.append(f"{tag} {int(inside)} {message.payload.hex()}")
-            if tag == "E":
-                streaming = False
+            for message in batch:
+                received = max(received, message.wal_end)
+                if not isinstance(message, XLogData):
+                    continue
+                tag = chr(message.payload[0])
+                if tag == "S":
+                    streaming = True
+                inside = streaming and tag not in "SE"
+                lines.append(f"{tag} {int(inside)} {message.payload.hex()}")
+                if tag == "E":
+                    streaming = False
         stream.close()
     path = HERE / f"pgoutput_v{version}.txt"
     header = f"# captured from PostgreSQL {server.bindir.parent.name} by tests/golden/capture.py"
