@@ -123,17 +123,20 @@ next_column(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, PyObject 
     return KIND_ERROR;
 }
 
+/* The position argument checked against the buffer, then the column count read there
+ * (decoder/tuples.py's _start); -1 with an exception set on error. */
 static int
-parse_position(PyObject *arg, Py_ssize_t end, Py_ssize_t *pos)
+start_tuple(PyObject *position, const Py_buffer *view, Py_ssize_t *pos)
 {
-    *pos = PyLong_AsSsize_t(arg);
+    *pos = PyLong_AsSsize_t(position);
     if (*pos == -1 && PyErr_Occurred())
         return -1;
-    if (*pos < 0 || *pos > end) {
-        PyErr_Format(PyExc_IndexError, "position %zd outside a buffer of %zd bytes", *pos, end);
+    if (*pos < 0 || *pos > view->len) {
+        PyErr_Format(PyExc_IndexError, "position %zd outside a buffer of %zd bytes", *pos,
+                     view->len);
         return -1;
     }
-    return 0;
+    return column_count(view->buf, pos, view->len);
 }
 
 /* tuple_data(buf, pos, unchanged) -> (values, end) */
@@ -151,9 +154,7 @@ tuple_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *values = NULL;
     const unsigned char *buf = view.buf;
     Py_ssize_t end = view.len, pos;
-    if (parse_position(args[1], end, &pos) < 0)
-        goto error;
-    int ncols = column_count(buf, &pos, end);
+    int ncols = start_tuple(args[1], &view, &pos);
     if (ncols < 0)
         goto error;
     values = PyTuple_New(ncols);
@@ -206,9 +207,7 @@ decode_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *row = NULL, *unchanged = NULL;
     const unsigned char *buf = view.buf;
     Py_ssize_t end = view.len, pos;
-    if (parse_position(args[1], end, &pos) < 0)
-        goto error;
-    int ncols = column_count(buf, &pos, end);
+    int ncols = start_tuple(args[1], &view, &pos);
     if (ncols < 0)
         goto error;
     Py_ssize_t expected = PyTuple_GET_SIZE(columns);
