@@ -24,6 +24,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
+from decoder.values import _or_text  # text the parser cannot read stays text
+
 # --- hstore -------------------------------------------------------------------------------------
 
 _QUOTED = r'"((?:[^"\\]|\\.)*)"'
@@ -132,16 +134,6 @@ def parse_ewkb(text: str) -> dict[str, Any]:
         msg = f"{len(reader.data) - reader.pos} bytes after the geometry"
         raise ValueError(msg)
     return geometry
-
-
-def _or_text(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def decode(text: str) -> Any:
-        try:
-            return parse(text)
-        except (ValueError, struct.error):
-            return text
-
-    return decode
 
 
 BY_NAME: Final[dict[str, Callable[[str], Any]]] = {

@@ -6,6 +6,7 @@ import json
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
@@ -22,16 +23,20 @@ def _stream(dsn: str, table: str) -> tuple[RecordingSink, Pipeline]:
     return sink, pipeline
 
 
-def _available(conn: Conn, extension: str) -> bool:
+def _create_extension(conn: Conn, extension: str, missing: str) -> None:
+    """CREATE EXTENSION, or skip the test: the issue asks for these types "when the extension
+    is installed", and `make setup` installs neither PostGIS (a large apt package) nor, on
+    servers other than Debian's, the contrib modules; the decoding itself is unit-tested in
+    tests/unit/test_extensions.py either way."""
     row = conn.execute("SELECT count(*) FROM pg_available_extensions WHERE name = %s",
                        (extension,)).fetchone()
-    return row is not None and row[0] == 1
+    if row is None or row[0] != 1:
+        pytest.skip(missing)  # justified above: an optional extension this server lacks
+    conn.execute(sql.SQL("CREATE EXTENSION {}").format(sql.Identifier(extension)))
 
 
 def test_hstore_as_a_dict(pg_conn: Conn, pg_dsn: str) -> None:
-    if not _available(pg_conn, "hstore"):
-        pytest.skip("the server has no hstore extension (PostgreSQL contrib)")
-    pg_conn.execute("CREATE EXTENSION hstore")
+    _create_extension(pg_conn, "hstore", "the server has no hstore extension (contrib)")
     pg_conn.execute("CREATE TABLE kv (id int PRIMARY KEY, h hstore, hs hstore[])")
     sink, pipeline = _stream(pg_dsn, "kv")
     pg_conn.execute("""INSERT INTO kv VALUES
@@ -62,9 +67,8 @@ GEOMETRIES = [
 
 
 def test_postgis_geometry_as_geojson(pg_conn: Conn, pg_dsn: str) -> None:
-    if not _available(pg_conn, "postgis"):
-        pytest.skip("PostGIS is not installed on this server (Debian: postgresql-15-postgis-3)")
-    pg_conn.execute("CREATE EXTENSION postgis")
+    _create_extension(pg_conn, "postgis",
+                      "PostGIS is not installed on this server (Debian: postgresql-15-postgis-3)")
     pg_conn.execute("CREATE TABLE shapes (id int PRIMARY KEY, g geometry, gg geography)")
     sink, pipeline = _stream(pg_dsn, "shapes")
     for i, wkt in enumerate(GEOMETRIES):
