@@ -53,6 +53,9 @@ from typing import Any
 
 import psycopg
 
+# the same latency table and publication, and the same percentile
+from bench.kafka_latency_bench import DDL as LATENCY_DDL
+from bench.kafka_latency_bench import percentile
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
@@ -79,22 +82,6 @@ CREATE TABLE bench.orders (
 );
 CREATE PUBLICATION orders_pub FOR TABLE bench.orders;
 """
-LATENCY_DDL = """
-CREATE SCHEMA IF NOT EXISTS bench;
-CREATE TABLE bench.latency (
-    id bigint PRIMARY KEY,
-    amount numeric(12, 2) NOT NULL,
-    label text NOT NULL,
-    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE PUBLICATION latency_pub FOR TABLE bench.latency;
-"""
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    index = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[index]
 
 
 def _machine() -> dict[str, Any]:
