@@ -1,12 +1,13 @@
 # The README's two commands: `make demo` (the main job) and `make test` (the tests).
-# Both install what they need first: Debian packages (Java, Maven, PostgreSQL server)
-# when missing, then pgcdc itself with pip.
+# Both install what they need first: Debian packages (Java, Maven, PostgreSQL server, a C
+# compiler for decoder/_fastrow.c) when missing, then pgcdc itself with pip.
 
 PYTHON ?= python3
 APT_PACKAGES := $(strip \
 	$(if $(shell command -v java),,openjdk-17-jre-headless) \
 	$(if $(shell command -v mvn),,maven) \
-	$(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql))
+	$(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) \
+	$(if $(shell command -v gcc),,gcc))
 
 .PHONY: setup demo test lint
 
