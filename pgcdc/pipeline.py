@@ -222,7 +222,7 @@ class Pipeline:
                     log.warning("%s", exc)
             capture = ddl.installed(conn)
         history = HistoryFile(cfg.catalog_dir).load() if cfg.catalog_dir else CatalogHistory()
-        self.builder = SnapshotBuilder(history)
+        self.builder = SnapshotBuilder(history, publication=cfg.publication)
         if history.latest.version > 0:
             # a DDL transaction stored but not confirmed before a crash is recognised
             self.builder.resume(max(lsn, self._acks.stored))

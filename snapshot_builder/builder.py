@@ -113,8 +113,10 @@ class RetentionPolicy:
 
 
 class SnapshotBuilder:
-    def __init__(self, history: CatalogHistory | None = None) -> None:
+    def __init__(self, history: CatalogHistory | None = None, *,
+                 publication: str | None = None) -> None:
         self.history = history or CatalogHistory()
+        self.publication = publication  # captured tables as it publishes them (column lists)
         self.relations = RelationCatalog()
         self.state = BuilderState.START
         self.running_at_attach: frozenset[int] = frozenset()
@@ -324,7 +326,7 @@ class SnapshotBuilder:
     def on_ddl(self, content: bytes) -> TableVersion | None:
         """A captured DDL message inside the open transaction; returns a table's new
         definition (None for a dropped table and for type changes)."""
-        change = parse_message(content)
+        change = parse_message(content, self.publication)
         current = self.catalog
         if isinstance(change, PutTable):
             self._overlay[change.table.oid] = change.table

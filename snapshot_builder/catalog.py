@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from decoder import values
@@ -212,6 +212,17 @@ def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersio
                f"but its definition gives {table.version}")
         raise VersionMismatchError(msg)
     return table
+
+
+def published_columns(table: TableVersion, names: list[str] | None) -> TableVersion:
+    """``table`` as a publication with a column list publishes it: only the listed columns,
+    which is what its Relation messages and tuples carry (``names`` None: every column)."""
+    if names is None:
+        return table
+    listed = set(names)
+    if all(c.name in listed for c in table.columns):
+        return table
+    return replace(table, columns=tuple(c for c in table.columns if c.name in listed))
 
 
 def _fingerprint(obj: object) -> str:

@@ -37,7 +37,7 @@ from typing import Any, Final
 import psycopg
 
 from pgcdc.errors import TerminalError
-from snapshot_builder.catalog import table_from_dict
+from snapshot_builder.catalog import published_columns, table_from_dict
 from snapshot_builder.datatype import type_from_dict
 from snapshot_builder.history import Change, DropTable, DropType, PutTable, PutType
 
@@ -149,6 +149,25 @@ BEGIN
     END IF;
 END $$;
 
+-- {publication: [column names]} for every publication of the table, as
+-- pg_publication_tables lists them (its column list, or every column); NULL before
+-- PostgreSQL 15, which has no column lists
+CREATE OR REPLACE FUNCTION pgcdc.column_lists(rel oid) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lists jsonb;
+BEGIN
+    IF current_setting('server_version_num')::int < 150000 THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT jsonb_object_agg(pt.pubname, to_jsonb(pt.attnames))
+               FROM pg_publication_tables pt
+               JOIN pg_namespace n ON n.nspname = pt.schemaname
+               JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+              WHERE c.oid = $1' INTO lists USING rel;
+    RETURN lists;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgcdc.emit_table(rel oid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -159,7 +178,8 @@ BEGIN
         RETURN;
     END IF;
     PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
-        jsonb_build_object('op', 'put', 'table', definition)::text);
+        jsonb_build_object('op', 'put', 'table', definition,
+                           'publications', pgcdc.column_lists(rel))::text);
     FOR part IN SELECT inhrelid FROM pg_inherits WHERE inhparent = rel LOOP
         PERFORM pgcdc.emit_table(part);
     END LOOP;
@@ -183,6 +203,13 @@ BEGIN
             -- a composite type's attributes live in pg_class / pg_attribute
             PERFORM pgcdc.emit_type(c.reltype) FROM pg_class c
              WHERE c.oid = r.objid AND c.relkind = 'c';
+        ELSIF r.classid = 'pg_publication_rel'::regclass THEN
+            -- a table added to a publication, or its column list changed
+            PERFORM pgcdc.emit_table(pr.prrelid) FROM pg_publication_rel pr
+             WHERE pr.oid = r.objid;
+        ELSIF r.classid = 'pg_publication'::regclass THEN
+            PERFORM pgcdc.emit_table(pr.prrelid) FROM pg_publication_rel pr
+             WHERE pr.prpubid = r.objid;
         ELSIF r.classid = 'pg_type'::regclass THEN
             PERFORM pgcdc.emit_type(r.objid);
             FOR rel IN SELECT DISTINCT a.attrelid FROM pg_attribute a
@@ -236,10 +263,11 @@ def installed(conn: psycopg.Connection[Any]) -> bool:
 
 
 def current(conn: psycopg.Connection[Any]) -> bool:
-    """Installed by this pgcdc: the triggers and type capture (``pgcdc.type_definition``).
-    An older installation captures tables only; :func:`install` upgrades it in place."""
-    row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL")\
-        .fetchone()
+    """Installed by this pgcdc: the triggers, type capture (``pgcdc.type_definition``) and
+    publication column lists (``pgcdc.column_lists``).  An older installation lacks one
+    of them; :func:`install` upgrades it in place."""
+    row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL "
+                       "AND to_regprocedure('pgcdc.column_lists(oid)') IS NOT NULL").fetchone()
     return installed(conn) and row is not None and bool(row[0])
 
 
@@ -272,18 +300,23 @@ def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable |
             "ORDER BY t.oid").fetchall()
         changes += [PutType(type_from_dict(r[0])) for r in types]
     rows = conn.execute(
-        "SELECT pgcdc.table_definition(format('%%I.%%I', schemaname, tablename)::regclass) "
+        "SELECT pgcdc.table_definition(format('%%I.%%I', schemaname, tablename)::regclass), "
+        f"{'attnames' if conn.info.server_version >= 150000 else 'NULL'} "
         "FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", (publication,)).fetchall()
-    changes += [PutTable(table_from_dict(row[0])) for row in rows if row[0] is not None]
+    changes += [PutTable(published_columns(table_from_dict(row[0]), row[1]))
+                for row in rows if row[0] is not None]
     return changes
 
 
-def parse_message(content: bytes) -> Change:
-    """The catalog change one ``pgcdc.ddl`` message describes."""
+def parse_message(content: bytes, publication: str | None = None) -> Change:
+    """The catalog change one ``pgcdc.ddl`` message describes; a table as ``publication``
+    publishes it (its column list, if it has one)."""
     try:
         data = json.loads(content)
         if data["op"] == "put":
-            return PutTable(table_from_dict(data["table"]))
+            table = table_from_dict(data["table"])
+            lists = data.get("publications") or {}
+            return PutTable(published_columns(table, lists.get(publication)))
         if data["op"] == "drop":
             return DropTable(int(data["oid"]))
         if data["op"] == "put_type":

@@ -40,7 +40,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from decoder import values
-from snapshot_builder.catalog import Column, TableVersion, table_from_dict
+from snapshot_builder.catalog import Column, TableVersion, published_columns, table_from_dict
 
 # pgoutput sends a Type message for types with OIDs from here on (FirstGenbkiObjectId)
 _FIRST_GENBKI_OID: Final = 10000
@@ -114,8 +114,7 @@ def fetch_published_tables(conn: psycopg.Connection[Any], publication: str, *,
     (``pg_relation_size`` takes a brief ACCESS SHARE lock, which queues behind a
     waiting DDL).  ``captured``: DDL capture is installed (snapshot_builder/ddl.py), so
     the stream decodes with the captured definition (NOT NULL, defaults, comment,
-    partition parent as well); it is used wherever it agrees with what pgoutput sends,
-    which it does unless the publication lists columns.
+    partition parent as well), restricted to the publication's column list if it has one.
     """
     blocks = block_size(conn)
     definition = sql.SQL("pgcdc.table_definition(c.oid)" if captured else "NULL::jsonb")
@@ -133,12 +132,12 @@ def fetch_published_tables(conn: psycopg.Connection[Any], publication: str, *,
                                                                        typnamespace),
                                          atttypmod, bool(is_key)))
     out: dict[int, PublishedTable] = {}
-    for (oid, schema, name, replident, relkind, relfilenode, size, reltuples, _names,
+    for (oid, schema, name, replident, relkind, relfilenode, size, reltuples, names,
          row_filter, definition) in tables:
         version = TableVersion(int(oid), str(schema), str(name), str(replident),
                                tuple(columns[int(oid)]))
         if definition is not None:
-            full = table_from_dict(definition)
+            full = published_columns(table_from_dict(definition), names)
             if full.same_layout(version) and full.qualified_name == version.qualified_name:
                 version = full
         out[int(oid)] = PublishedTable(version, str(relkind), int(relfilenode),

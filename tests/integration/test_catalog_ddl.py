@@ -384,3 +384,30 @@ def test_an_older_capture_without_types_is_upgraded_in_place(pg_conn: Conn) -> N
     ddl.install(pg_conn)
     assert ddl.current(pg_conn)
     pg_conn.execute("CREATE TYPE mood AS ENUM ('a')")  # the trigger captures types again
+
+
+def test_publication_column_list_with_ddl_capture(pg_conn: Conn, pg_dsn: str) -> None:
+    """A publication that lists columns publishes only those: the captured definition is
+    restricted to them at the baseline, at every DDL and when the list itself changes, so
+    it agrees with the stream's Relation messages (it used to be a mismatch error)."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, shown text, secret text)")
+    pg_conn.execute("CREATE PUBLICATION listed FOR TABLE t (id, shown)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"], publication="listed")
+    oid = pg_conn.execute("SELECT 't'::regclass::oid").fetchone()[0]  # type: ignore[index]
+    baseline = pipeline.builder.catalog.table(oid)
+    assert baseline is not None and [c.name for c in baseline.columns] == ["id", "shown"]
+    pg_conn.execute("INSERT INTO t VALUES (1, 'a', 'x')")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN more int, ALTER COLUMN shown SET NOT NULL")
+    pg_conn.execute("INSERT INTO t VALUES (2, 'b', 'y', 5)")
+    pg_conn.execute("ALTER PUBLICATION listed SET TABLE t (id, shown, more)")
+    pg_conn.execute("INSERT INTO t VALUES (3, 'c', 'z', 6)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+
+    assert [e.after for e in sink.events] == [
+        {"id": 1, "shown": "a"}, {"id": 2, "shown": "b"}, {"id": 3, "shown": "c", "more": 6}]
+    assert [_cols(e) for e in sink.events] == [["id", "shown"], ["id", "shown"],
+                                               ["id", "shown", "more"]]
+    assert sink.events[1].table.columns[1].not_null is True  # the captured definition
+    latest = pipeline.builder.catalog.table(oid)
+    assert latest is not None and [c.name for c in latest.columns] == ["id", "shown", "more"]
