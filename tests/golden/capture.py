@@ -1,16 +1,23 @@
 """Capture pgoutput messages from a real server into golden files (run by hand, rarely).
 
-    python -m tests.golden.capture
+    python -m tests.golden.capture          # the machine's server (15): protocol v3
+    python -m tests.golden.capture --v4     # PostgreSQL 16 from Maven Central: protocol v4
 
 Writes ``tests/golden/pgoutput_v<N>.txt``: one message a line, ``<tag> <streaming 0|1> <hex>``,
 for a scripted workload that makes the server send every message type of protocol
 version N that it supports: Begin, Commit, Origin, Relation, Type, Insert, Update (old
 key and old tuple), Delete, Truncate, Message (transactional and not), Stream Start / Stop /
 Commit / Abort, Begin Prepare, Prepare, Commit Prepared, Rollback Prepared, Stream Prepare.
+
+The v4 mode (PostgreSQL 16) reads the same workload twice, through two slots, with
+``streaming 'parallel'`` (every Stream Abort then carries the abort LSN and time): once
+with ``origin 'any'`` and once with ``origin 'none'`` (the transaction made under the
+replication origin is left out).  Each pass starts with a ``# options: k=v ...`` line.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -30,6 +37,7 @@ WORKLOAD = [
     "ALTER TABLE full_t REPLICA IDENTITY FULL",
     "CREATE PUBLICATION golden FOR TABLE t, full_t",
     "SELECT pg_create_logical_replication_slot('golden', 'pgoutput', false, true)",
+    "SELECT pg_create_logical_replication_slot('golden_none', 'pgoutput', false, true)",
     "INSERT INTO t VALUES (1, 'one', 'ok', NULL), (2, NULL, 'sad', "
     "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 1000) g))",
     "UPDATE t SET v = 'uno' WHERE id = 1",
@@ -40,6 +48,7 @@ WORKLOAD = [
     "DELETE FROM full_t",
     "DELETE FROM t WHERE id = 10",
     "TRUNCATE full_t",
+    "TRUNCATE full_t RESTART IDENTITY CASCADE",  # the options byte
     "SELECT pg_logical_emit_message(true, 'pgcdc', 'transactional')",
     "SELECT pg_logical_emit_message(false, 'pgcdc', '\\x00ff'::bytea)",
     "SET logical_decoding_work_mem = '64kB'",
@@ -68,40 +77,63 @@ WORKLOAD = [
 ]
 
 
-def capture() -> Path:
-    with PostgresServer() as server:
+def capture(*, v4: bool = False, folder: Path = HERE) -> Path:
+    """Run the workload on a new server and write ``folder/pgoutput_v<N>.txt``."""
+    with PostgresServer(version=16 if v4 else None) as server:
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             for statement in WORKLOAD:
                 conn.execute(statement)
             end = current_wal_lsn(conn)
             version = protocol_for(conn.info.server_version)
-        stream = ReplicationConnection(dsn, extra_options={"logical_decoding_work_mem": "64kB"})
-        stream.connect()
+            release = conn.execute("SHOW server_version").fetchone()
+        if v4 and version != 4:
+            msg = f"--v4 needs a PostgreSQL 16+ server, got protocol {version}"
+            raise SystemExit(msg)
         options = {"proto_version": str(version), "publication_names": "golden",
                    "messages": "true", "streaming": "on", "two_phase": "on"}
-        stream.start("golden", 0, options)
-        lines, streaming, received = [], False, 0
-        while received < end:
-            batch = stream.read_batch(timeout=10)
-            if not batch:
-                break
-            for message in batch:
-                received = max(received, message.wal_end)
-                if not isinstance(message, XLogData):
-                    continue
-                tag = chr(message.payload[0])
-                if tag == "S":
-                    streaming = True
-                inside = streaming and tag not in "SE"
-                lines.append(f"{tag} {int(inside)} {message.payload.hex()}")
-                if tag == "E":
-                    streaming = False
-        stream.close()
-    path = HERE / f"pgoutput_v{version}.txt"
-    header = f"# captured from PostgreSQL {server.bindir.parent.name} by tests/golden/capture.py"
-    path.write_text(header + "\n" + "\n".join(_keep_interesting(lines)) + "\n")
+        if v4:
+            passes = [("golden", {**options, "streaming": "parallel", "origin": "any"}),
+                      ("golden_none", {**options, "streaming": "parallel", "origin": "none"})]
+        else:
+            passes = [("golden", options)]
+        sections = []
+        for slot, slot_options in passes:
+            lines = _keep_interesting(_read_slot(dsn, slot, slot_options, end))
+            if v4:
+                words = " ".join(f"{k}={v}" for k, v in slot_options.items())
+                lines.insert(0, f"# options: {words}")
+            sections.extend(lines)
+    path = folder / f"pgoutput_v{version}.txt"
+    name = str(release[0]) if release else "?"
+    header = f"# captured from PostgreSQL {name} by tests/golden/capture.py"
+    path.write_text(header + "\n" + "\n".join(sections) + "\n")
     return path
+
+
+def _read_slot(dsn: str, slot: str, options: dict[str, str], end: int) -> list[str]:
+    """Every message of ``slot`` up to the WAL position ``end``, one golden line each."""
+    stream = ReplicationConnection(dsn, extra_options={"logical_decoding_work_mem": "64kB"})
+    stream.connect()
+    stream.start(slot, 0, options)
+    lines, streaming, received = [], False, 0
+    while received < end:
+        batch = stream.read_batch(timeout=10)
+        if not batch:
+            break
+        for message in batch:
+            received = max(received, message.wal_end)
+            if not isinstance(message, XLogData):
+                continue
+            tag = chr(message.payload[0])
+            if tag == "S":
+                streaming = True
+            inside = streaming and tag not in "SE"
+            lines.append(f"{tag} {int(inside)} {message.payload.hex()}")
+            if tag == "E":
+                streaming = False
+    stream.close()
+    return lines
 
 
 def _keep_interesting(lines: list[str]) -> list[str]:
@@ -117,4 +149,9 @@ def _keep_interesting(lines: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    print(capture(), file=sys.stderr)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--v4", action="store_true",
+                        help="PostgreSQL 16 (downloaded from Maven Central), protocol v4")
+    parser.add_argument("--folder", type=Path, default=HERE, help="where to write the file")
+    args = parser.parse_args()
+    print(capture(v4=args.v4, folder=args.folder), file=sys.stderr)
