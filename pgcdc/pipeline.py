@@ -28,6 +28,7 @@ from pathlib import Path
 import psycopg
 
 from decoder import pgoutput as pg
+from decoder.binary import BinaryDecoders
 from decoder.change import (
     TRUNCATE,
     ChangeEvent,
@@ -45,6 +46,7 @@ from decoder.slot import (
     slot_info,
 )
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
+from decoder.transfer import choose_binary
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
@@ -57,7 +59,7 @@ from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import BuilderState, SnapshotBuilder
 from snapshot_builder.catalog import TableVersion
-from snapshot_builder.history import CatalogHistory, HistoryFile
+from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile
 from snapshot_builder.incremental import PREFIX as WATERMARK_PREFIX
 from snapshot_builder.incremental import IncrementalSnapshots
 
@@ -101,6 +103,8 @@ class PipelineConfig:
     receive_timeout: float = 60.0
     # pgoutput's origin option (PostgreSQL 16+): "any" (the server's default) or "none"
     origin: str | None = None
+    # pgoutput's binary option (PostgreSQL 14+): "auto", "on" or "off" (decoder/transfer.py)
+    binary: str = "auto"
 
 
 @dataclass
@@ -176,6 +180,8 @@ class Pipeline:
         self._two_phase = False
         self._store = ProgressStore(config.progress_file) if config.progress_file else None
         self._types = TypeRegistry()
+        self._binary = BinaryDecoders(self._types)
+        self._binary_on = False  # chosen by prepare() from config.binary
         self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._attach_xmax = 0
         self._catalog_published = -1  # every history entry goes to the sink once per run
@@ -201,13 +207,36 @@ class Pipeline:
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
             existed = slot_info(conn, cfg.slot) is not None
+            self._check_catalog_folder(existed)
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
             self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
+            self._binary_on = choose_binary(cfg.binary, conn, cfg.publication, self._binary)
         self._two_phase = info.two_phase
         # Crash recovery restores a slot as its last checkpoint saved it, so the slot may
         # be behind what pgcdc stored (never ahead: check_against_slot); streaming starts
         # from the stored position, and the server skips what committed before it.
         self._acks.start(max(info.confirmed_flush_lsn or 0, self._acks.stored))
+
+    @property
+    def binary(self) -> bool:
+        """Whether the stream asks for binary values (``config.binary``, chosen by prepare())."""
+        return self._binary_on
+
+    def _check_catalog_folder(self, slot_exists: bool) -> None:
+        """The catalog folder holds this slot's history, or none yet (checked before a slot
+        is created, so a refusal leaves nothing behind)."""
+        cfg = self.config
+        if not cfg.catalog_dir:
+            return
+        folder = HistoryFile(cfg.catalog_dir)
+        folder.claim(system_identifier=self._acks.identity[0],
+                     database=self._acks.identity[1], slot=cfg.slot)
+        if not slot_exists and folder.holds_history():
+            msg = (f"the catalog folder {cfg.catalog_dir} holds the history of an earlier "
+                   f'slot "{cfg.slot}", which is gone: its catalog may miss DDL made since; '
+                   "remove the folder so a new slot's catalog is read afresh (and "
+                   "re-snapshot the tables)")
+            raise CatalogError(msg)
 
     def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,
                        lsn: int) -> None:
@@ -257,6 +286,8 @@ class Pipeline:
                 options["streaming"] = "parallel" if version >= 4 else "on"
         if version >= 3 and self._two_phase:
             options["two_phase"] = "on"
+        if self._binary_on:
+            options["binary"] = "true"
         if self.config.origin is not None:
             if server_version < 160000:
                 msg = (f"origin = {self.config.origin!r} needs PostgreSQL 16 or later (the "
@@ -519,7 +550,8 @@ class Pipeline:
         current = self._decoders.get(table.oid)
         if current is None or current[0].version != table.version:
             self.sink.publish_table(table, lsn)
-            self._decoders[table.oid] = (table, RowDecoder(table, self._type_lookup(table)))
+            self._decoders[table.oid] = (table, RowDecoder(table, self._type_lookup(table),
+                                                           self._binary.decoder_for))
 
     def _on_ddl(self, message: pg.LogicalMessage, lsn: int) -> None:
         """Captured DDL: the open transaction's next changes use the new definition."""

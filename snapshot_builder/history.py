@@ -529,6 +529,36 @@ class HistoryFile:
             self._log.close()
             self._log = None
 
+    def holds_history(self) -> bool:
+        """A history was written here (a snapshot, or a log with an entry)."""
+        return self.snapshot_path.exists() or \
+            self.log_path.exists() and self.log_path.stat().st_size > 0
+
+    def claim(self, *, system_identifier: str, database: str, slot: str) -> None:
+        """Record whose history this folder holds (``catalog.owner``), or check it: a
+        history of another server, database or slot would decode with wrong schemas."""
+        owner = {"format": 1, "system_identifier": system_identifier, "database": database,
+                 "slot": slot}
+        path = self.directory / "catalog.owner"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            stored = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            _atomic_write(path, json.dumps(owner, sort_keys=True).encode())
+            return
+        except ValueError as exc:
+            msg = (f"{path} is not a catalog owner record ({exc}): restore it, or remove "
+                   f"{self.directory} to rebuild the catalog")
+            raise CatalogError(msg) from exc
+        if stored != owner:
+            msg = (f"the catalog folder {self.directory} holds the history of slot "
+                   f"{stored.get('slot')!r} of database {stored.get('database')!r} on system "
+                   f"{stored.get('system_identifier')}, not of slot {slot!r} of database "
+                   f"{database!r} on system {system_identifier}: point the catalog folder "
+                   "(state.catalog_dir) elsewhere for this source, or remove it to rebuild "
+                   "the catalog")
+            raise CatalogError(msg)
+
     def save_state(self, state: Mapping[str, Any]) -> None:
         """The builder's state, atomically (read by ``pgcdc status`` and at restart)."""
         _atomic_write(self.state_path, json.dumps({"format": 1, **state},

@@ -7,9 +7,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from decoder.slot import current_wal_lsn
+from decoder.slot import current_wal_lsn, drop_slot
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from snapshot_builder.builder import BuilderState, CatalogMismatchError
+from snapshot_builder.history import CatalogError
 from tests.recording_sink import RecordingSink
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -411,3 +412,26 @@ def test_publication_column_list_with_ddl_capture(pg_conn: Conn, pg_dsn: str) ->
     assert sink.events[1].table.columns[1].not_null is True  # the captured definition
     latest = pipeline.builder.catalog.table(oid)
     assert latest is not None and [c.name for c in latest.columns] == ["id", "shown", "more"]
+
+
+def test_the_catalog_folder_belongs_to_one_slot(pg_conn: Conn, pg_dsn: str,
+                                                tmp_path: Path) -> None:
+    """A catalog folder records its server, database and slot: another slot's history, or
+    that of a slot dropped and created again (DDL in between would be missing), is refused
+    with the fix, never decoded with."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    folder = tmp_path / "catalog"
+    first = _pipeline(pg_dsn, RecordingSink(), ["public.t"], catalog_dir=folder)
+    first.run(until_lsn=current_wal_lsn(pg_conn))
+    assert first.builder.history.latest.version > 0
+    assert (folder / "catalog.owner").exists()
+    with pytest.raises(CatalogError, match="holds the history of slot 'pgcdc'.*not of slot "
+                                           "'other'"):
+        _pipeline(pg_dsn, RecordingSink(), ["public.t"], catalog_dir=folder, slot="other")
+    slots = pg_conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
+    assert slots == [("pgcdc",)]  # refused before a slot was created
+    drop_slot(pg_conn, "pgcdc")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN v text")  # while no slot records it
+    with pytest.raises(CatalogError, match="earlier slot \"pgcdc\", which is gone"):
+        _pipeline(pg_dsn, RecordingSink(), ["public.t"], catalog_dir=folder)
+    assert pg_conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
