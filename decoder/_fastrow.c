@@ -188,10 +188,12 @@ error:
 /*
  * decode_row(buf, pos, columns) -> (row, unchanged_names, end)
  *
- * columns: a tuple of (name, decode) pairs, one per column of the table
- * version; decode is a callable taking the text, or None to keep the text.
+ * columns: a tuple of (name, decode) pairs or (name, decode, decode_binary)
+ * triples, one per column of the table version; decode is a callable taking the
+ * text, or None to keep the text; decode_binary one taking the bytes of a binary
+ * value, or None (or absent) to keep the bytes.
  * NULL -> row[name] = None; unchanged TOAST -> name listed, not in row;
- * text -> decode(text); binary -> the bytes.
+ * text -> decode(text); binary -> decode_binary(bytes), or the bytes.
  */
 static PyObject *
 decode_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -220,12 +222,16 @@ decode_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto error;
     for (int i = 0; i < ncols; i++) {
         PyObject *column = PyTuple_GET_ITEM(columns, i);
-        if (!PyTuple_Check(column) || PyTuple_GET_SIZE(column) != 2) {
-            PyErr_SetString(PyExc_TypeError, "each column is a (name, decode) pair");
+        Py_ssize_t width = PyTuple_Check(column) ? PyTuple_GET_SIZE(column) : 0;
+        if (width != 2 && width != 3) {
+            PyErr_SetString(PyExc_TypeError,
+                            "each column is a (name, decode) pair or a "
+                            "(name, decode, decode_binary) triple");
             goto error;
         }
         PyObject *name = PyTuple_GET_ITEM(column, 0);
         PyObject *decode = PyTuple_GET_ITEM(column, 1);
+        PyObject *decode_binary = width == 3 ? PyTuple_GET_ITEM(column, 2) : Py_None;
         PyObject *value = NULL;
         int kind = next_column(buf, &pos, end, &value);
         if (kind == KIND_ERROR)
@@ -240,8 +246,10 @@ decode_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (kind == KIND_NULL) {
             value = Py_NewRef(Py_None);
         }
-        else if (kind == KIND_TEXT && decode != Py_None) {
-            PyObject *typed = PyObject_CallOneArg(decode, value);
+        else if ((kind == KIND_TEXT && decode != Py_None)
+                 || (kind == KIND_BINARY && decode_binary != Py_None)) {
+            PyObject *typed =
+                PyObject_CallOneArg(kind == KIND_TEXT ? decode : decode_binary, value);
             Py_DECREF(value);
             if (typed == NULL)
                 goto error;

@@ -57,28 +57,45 @@ class ChangeEvent(NamedTuple):
 
 
 class RowDecoder:
-    """Turns tuple data of one table version into a dict of typed values."""
+    """Turns tuple data of one table version into a dict of typed values.
+
+    ``binary``: the binary decoder of a column type, from its OID and name
+    (decoder/binary.py), for values the server sends in binary (the ``binary`` option);
+    without it they stay bytes.
+    """
 
     __slots__ = ("columns",)
 
     def __init__(self, table: TableVersion,
-                 lookup: Callable[[int], Callable[[str], Any]] = decoder_for) -> None:
-        decoders = ((c.name, lookup(c.type_oid)) for c in table.columns)
-        # str is the identity on text: None spares the call.
-        self.columns: Columns = tuple((name, None if decode is str else decode)
-                                      for name, decode in decoders)
+                 lookup: Callable[[int], Callable[[str], Any]] = decoder_for,
+                 binary: Callable[[int, str], Callable[[bytes], Any]] | None = None) -> None:
+        # str is the identity on text, bytes on binary: None spares the call.
+        if binary is None:
+            self.columns: Columns = tuple(
+                (c.name, _unless(lookup(c.type_oid), str)) for c in table.columns)
+        else:
+            self.columns = tuple(
+                (c.name, _unless(lookup(c.type_oid), str),
+                 _unless(binary(c.type_oid, c.type_name), bytes)) for c in table.columns)
 
     def decode(self, data: TupleData) -> tuple[Row, tuple[str, ...]]:
         row: Row = {}
         unchanged: list[str] = []
-        for (name, decode), raw in zip(self.columns, data, strict=True):
+        for column, raw in zip(self.columns, data, strict=True):
+            name, decode = column[0], column[1]
             if raw is UNCHANGED_TOAST:
                 unchanged.append(name)
             elif decode is not None and isinstance(raw, str):
                 row[name] = decode(raw)
+            elif len(column) == 3 and column[2] is not None and isinstance(raw, bytes):
+                row[name] = column[2](raw)
             else:
                 row[name] = raw
         return row, tuple(unchanged)
+
+
+def _unless(decode: Callable[[Any], Any], identity: type) -> Callable[[Any], Any] | None:
+    return None if decode is identity else decode
 
 
 _u32 = struct.Struct("!I").unpack_from

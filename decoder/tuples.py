@@ -6,7 +6,8 @@ Two functions, each in two implementations with identical results and errors:
   for binary, ``None`` for NULL, the *unchanged* marker for an unchanged
   TOASTed value) and the position after the tuple;
 - :func:`decode_row` walks the tuple once and returns the typed row (each text
-  value passed through its column's decoder), the names of the unchanged
+  value passed through its column's decoder, each binary value through its
+  column's binary decoder when it has one), the names of the unchanged
   columns, and the position after the tuple.
 
 The reference is the Python below.  ``decoder/_fastrow.c`` compiles the same
@@ -27,8 +28,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 Row = dict[str, Any]
-Columns = tuple[tuple[str, Callable[[str], Any] | None], ...]
-"""One ``(name, decode)`` pair per column; ``decode=None`` keeps the text."""
+Column = (tuple[str, Callable[[str], Any] | None]
+          | tuple[str, Callable[[str], Any] | None, Callable[[bytes], Any] | None])
+Columns = tuple[Column, ...]
+"""One ``(name, decode)`` pair or ``(name, decode, decode_binary)`` triple per column:
+``decode`` reads a text value (``None`` keeps the text), ``decode_binary`` a binary one
+(``'b'``, the ``binary`` option; decoder/binary.py); without it, or ``None``, the bytes
+are kept."""
 
 _i16 = struct.Struct("!h").unpack_from
 _i32 = struct.Struct("!i").unpack_from
@@ -96,12 +102,15 @@ def py_decode_row(buf: bytes, pos: int, columns: Columns) -> tuple[Row, tuple[st
     end = len(buf)
     row: Row = {}
     unchanged: list[str] = []
-    for name, decode in columns:
+    for column in columns:
+        name, decode = column[0], column[1]
         kind, value, pos = _column(buf, pos, end)
         if kind == 0x75:
             unchanged.append(name)
         elif kind == 0x74 and decode is not None:
             row[name] = decode(value)  # type: ignore[arg-type]
+        elif kind == 0x62 and len(column) == 3 and column[2] is not None:
+            row[name] = column[2](value)  # type: ignore[arg-type]
         else:
             row[name] = value
     return row, tuple(unchanged), pos

@@ -680,6 +680,23 @@ def type_name(type_oid: int) -> str:
 _Build = Callable[[Callable[[int], TextDecoder]], TextDecoder]
 
 
+@dataclass(frozen=True, slots=True)
+class TypeShape:
+    """How a registered type is built from others, for decoders of other formats
+    (decoder/binary.py builds the binary ones from it).
+
+    ``kind`` is ``enum``, ``domain``, ``array``, ``composite``, ``range``,
+    ``multirange``, ``base`` (an extension's type with a decoder of its own) or
+    ``text`` (no decoder); ``of`` is the base, element or subtype OID; ``fields``
+    the composite's (name, type OID) pairs; ``name`` the type's name.
+    """
+
+    kind: str
+    of: int = 0
+    fields: tuple[tuple[str, int], ...] = ()
+    name: str | None = None
+
+
 class TypeRegistry:
     """Decoders for the built-in types and for the types registered from one database.
 
@@ -691,54 +708,67 @@ class TypeRegistry:
     lookups when they run.
     """
 
-    __slots__ = ("_builds", "_names", "_built")
+    __slots__ = ("_builds", "_names", "_built", "_shapes", "generation")
 
     def __init__(self) -> None:
         self._builds: dict[int, _Build] = {}
         self._names: dict[int, str] = {}
         self._built: dict[int, TextDecoder] = {}
+        self._shapes: dict[int, TypeShape] = {}
+        self.generation = 0  # counts registrations: decoders built before may be incomplete
 
     def register_enum(self, oid: int, *, name: str | None = None) -> None:
         """An enum: its value is its label."""
-        self._register(oid, name, lambda resolve: str)
+        self._register(oid, name, lambda resolve: str, TypeShape("enum", name=name))
 
     def register_domain(self, oid: int, base_oid: int, *, name: str | None = None) -> None:
         """A domain: a value of its base type (itself perhaps a domain)."""
-        self._register(oid, name, lambda resolve: resolve(base_oid))
+        self._register(oid, name, lambda resolve: resolve(base_oid),
+                       TypeShape("domain", base_oid, name=name))
 
     def register_array(self, oid: int, element_oid: int, *, delimiter: str = ",",
                        name: str | None = None) -> None:
         """An array: nested lists of its element type (``delimiter`` is the element's typdelim)."""
-        self._register(oid, name, lambda resolve: _array(resolve(element_oid), delimiter))
+        self._register(oid, name, lambda resolve: _array(resolve(element_oid), delimiter),
+                       TypeShape("array", element_oid, name=name))
 
     def register_composite(self, oid: int, fields: Iterable[tuple[str, int]], *,
                            name: str | None = None) -> None:
         """A composite: a dict of its fields (name, type OID), in attribute order."""
         fields = tuple(fields)
         self._register(oid, name, lambda resolve: _composite(
-            tuple((field, resolve(field_oid)) for field, field_oid in fields)))
+            tuple((field, resolve(field_oid)) for field, field_oid in fields)),
+            TypeShape("composite", fields=fields, name=name))
 
     def register_range(self, oid: int, subtype_oid: int, *, name: str | None = None) -> None:
         """A range: a :class:`Range` whose bounds are values of its subtype."""
-        self._register(oid, name, lambda resolve: _range(resolve(subtype_oid)))
+        self._register(oid, name, lambda resolve: _range(resolve(subtype_oid)),
+                       TypeShape("range", subtype_oid, name=name))
 
     def register_multirange(self, oid: int, subtype_oid: int, *, name: str | None = None) -> None:
         """A multirange: a tuple of ranges over ``subtype_oid`` (the subtype of its range)."""
-        self._register(oid, name, lambda resolve: _multirange(resolve(subtype_oid)))
+        self._register(oid, name, lambda resolve: _multirange(resolve(subtype_oid)),
+                       TypeShape("multirange", subtype_oid, name=name))
 
     def register_base(self, oid: int, decode: TextDecoder, *, name: str | None = None) -> None:
         """A base type of an extension with a decoder of its own (decoder/extensions.py)."""
-        self._register(oid, name, lambda resolve: decode)
+        self._register(oid, name, lambda resolve: decode, TypeShape("base", name=name))
 
     def register_text(self, oid: int, *, name: str | None = None) -> None:
         """A type whose value stays its text (an extension's base type, say), with its name."""
-        self._register(oid, name, lambda resolve: str)
+        self._register(oid, name, lambda resolve: str, TypeShape("text", name=name))
 
-    def _register(self, oid: int, name: str | None, build: _Build) -> None:
+    def _register(self, oid: int, name: str | None, build: _Build, shape: TypeShape) -> None:
         self._builds[oid] = build
+        self._shapes[oid] = shape
         if name is not None:
             self._names[oid] = name
         self._built.clear()  # a new type may complete one built before
+        self.generation += 1
+
+    def shape(self, oid: int) -> TypeShape | None:
+        """How a registered type is built; ``None`` for built-in and unknown types."""
+        return self._shapes.get(oid)
 
     def __contains__(self, oid: object) -> bool:
         return oid in _DECODERS or oid in self._builds

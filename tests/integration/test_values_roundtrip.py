@@ -1,4 +1,9 @@
-"""Every type's text decoding against PostgreSQL 15: insert, stream, compare with psycopg.
+"""Every type's decoding against PostgreSQL 15, in text and in binary: insert, stream,
+compare with psycopg.
+
+Each test runs twice: ``source.binary = off`` (pgoutput sends text) and ``on`` (the
+``binary`` option: each type's send format, decoder/binary.py), and expects the same
+decoded values from both.
 
 Each case is a table ``(id, v)`` holding edge values of one type.  The rows
 travel through the :class:`Pipeline` into a :class:`RecordingSink`, and each
@@ -37,6 +42,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.multirange import MultirangeInfo, register_multirange
@@ -44,8 +50,10 @@ from psycopg.types.range import Range as PgRange
 from psycopg.types.range import RangeInfo, register_range
 
 from decoder import values
+from decoder.binary import BinaryFormatError
 from decoder.replication import SESSION_OPTIONS
 from decoder.slot import current_wal_lsn
+from decoder.transfer import BinaryUnsupportedError
 from decoder.types import load_types
 from decoder.values import (
     Box,
@@ -305,14 +313,20 @@ ARRAYS = {
 }
 
 
-def _stream(conn: Conn, dsn: str, cases: dict[str, Case]) -> tuple[RecordingSink, dict[str, Any]]:
+MODES = pytest.mark.parametrize("binary", ["off", "on"])
+
+
+def _stream(conn: Conn, dsn: str, cases: dict[str, Case],
+            binary: str) -> tuple[RecordingSink, dict[str, Any]]:
     """Create a table per case, insert its literals and a NULL, stream; decoded values by id."""
     for name, case in cases.items():
         conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v {})").format(
             sql.Identifier(name), sql.SQL(case.sql_type)))
     sink = RecordingSink()
-    pipeline = Pipeline(PipelineConfig(dsn, tables=[f"public.{name}" for name in cases]), sink)
+    pipeline = Pipeline(PipelineConfig(dsn, tables=[f"public.{name}" for name in cases],
+                                       binary=binary), sink)
     pipeline.prepare()
+    assert pipeline.binary is (binary == "on")
     for name, case in cases.items():
         rows = [sql.SQL("({}, {})").format(i, sql.SQL(literal))
                 for i, literal in enumerate((*case.literals, "NULL"))]
@@ -341,8 +355,8 @@ def _server_text(session: Conn, table: str, column: str = "v") -> dict[int, str 
     return {int(i): t for i, t in rows}
 
 
-def _check(conn: Conn, dsn: str, cases: dict[str, Case]) -> None:
-    _, decoded = _stream(conn, dsn, cases)
+def _check(conn: Conn, dsn: str, cases: dict[str, Case], binary: str) -> None:
+    _, decoded = _stream(conn, dsn, cases, binary)
     problems = []
     reference = psycopg.connect(dsn, options="-c TimeZone=UTC", autocommit=True)
     with reference, _session(dsn) as session:
@@ -382,16 +396,19 @@ def _problem(ref: Conn, table: str, case: Case, i: int, got: Any, text: str | No
     return None
 
 
-def test_scalars(pg_conn: Conn, pg_dsn: str) -> None:
-    _check(pg_conn, pg_dsn, SCALARS)
+@MODES
+def test_scalars(pg_conn: Conn, pg_dsn: str, binary: str) -> None:
+    _check(pg_conn, pg_dsn, SCALARS, binary)
 
 
-def test_ranges_and_multiranges(pg_conn: Conn, pg_dsn: str) -> None:
-    _check(pg_conn, pg_dsn, RANGES)
+@MODES
+def test_ranges_and_multiranges(pg_conn: Conn, pg_dsn: str, binary: str) -> None:
+    _check(pg_conn, pg_dsn, RANGES, binary)
 
 
-def test_arrays(pg_conn: Conn, pg_dsn: str) -> None:
-    _check(pg_conn, pg_dsn, ARRAYS)
+@MODES
+def test_arrays(pg_conn: Conn, pg_dsn: str, binary: str) -> None:
+    _check(pg_conn, pg_dsn, ARRAYS, binary)
 
 
 def test_builtin_oids_match_the_catalog(pg_conn: Conn) -> None:
@@ -434,11 +451,13 @@ INSERT INTO custom VALUES (1, 'happy "quoted''', ARRAY['sad', NULL, 'happy "quot
 """
 
 
-def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str) -> None:
+@MODES
+def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str, binary: str) -> None:
     pg_conn.execute(CUSTOM_DDL)
     sink = RecordingSink()
-    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.custom"]), sink)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.custom"], binary=binary), sink)
     pipeline.prepare()
+    assert pipeline.binary is (binary == "on")
     pg_conn.execute(CUSTOM_ROW)
     pipeline.run(until_lsn=current_wal_lsn(pg_conn))
     table = sink.tables[-1]
@@ -508,3 +527,39 @@ def test_custom_types_through_load_types(pg_conn: Conn, pg_dsn: str) -> None:
                                     "upper_inc": False, "empty": False}
     assert encoded["fm"][0]["lower"] == -math.inf
     assert encoded["m"] == 'happy "quoted\''
+
+
+def test_binary_auto_streams_text_for_a_type_without_a_binary_decoder(
+        pg_conn: Conn, pg_dsn: str) -> None:
+    """regclass has a send function (its OID) but no binary decoder in pgcdc (its text is
+    the name): ``auto`` streams text, ``on`` refuses to start, naming the type."""
+    pg_conn.execute("CREATE TABLE named (id int PRIMARY KEY, r regclass)")
+    config = PipelineConfig(pg_dsn, tables=["public.named"], binary="on")
+    with pytest.raises(BinaryUnsupportedError, match=r"no binary decoder for the type\(s\) "
+                                                     r"regclass .*source.binary = auto"):
+        Pipeline(config, RecordingSink()).prepare()
+    sink = RecordingSink()
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.named"]), sink)  # auto
+    pipeline.prepare()
+    assert pipeline.binary is False
+    pg_conn.execute("INSERT INTO named VALUES (1, 'named')")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.after for e in sink.events] == [{"id": 1, "r": "named"}]
+
+
+def test_binary_value_of_a_type_without_a_decoder_stops_with_the_fix(
+        pg_conn: Conn, pg_dsn: str) -> None:
+    """A column added while streaming binary, of a type pgcdc cannot read in binary: the
+    stream stops at its first value with an error naming the type and the setting."""
+    pg_conn.execute("CREATE TABLE grows (id int PRIMARY KEY, n numeric)")
+    sink = RecordingSink()
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.grows"]), sink)  # auto
+    pipeline.prepare()
+    assert pipeline.binary is True
+    pg_conn.execute("INSERT INTO grows VALUES (1, 1.50)")
+    pg_conn.execute("ALTER TABLE grows ADD COLUMN r regclass")
+    pg_conn.execute("INSERT INTO grows VALUES (2, NULL, 'grows')")
+    with pytest.raises(BinaryFormatError, match="type regclass arrived in binary format.*"
+                                                "set source.binary = off"):
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.after for e in sink.events][:1] == [{"id": 1, "n": Decimal("1.50")}]
