@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="PostgreSQL 16+: 'none' leaves out changes that another node "
                           "replicated here (loop-free two-way setups); default: the "
                           "server's, 'any'")
+    run.add_argument("--binary", choices=["auto", "on", "off"],
+                     help="PostgreSQL 14+: values in binary (each type's send format) or "
+                          "text; default auto: binary when every published column type "
+                          "has a binary decoder (docs/replication.md)")
     run.add_argument("--incremental-snapshots", action="store_true", default=None,
                      help="serve incremental snapshots while streaming: pgcdc snapshot-table "
                           "requests them (docs/incremental-snapshot.md)")
@@ -413,7 +417,8 @@ def _run(settings: Settings) -> int:
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,
-        receive_timeout=settings.source.receive_timeout, origin=settings.source.origin),
+        receive_timeout=settings.source.receive_timeout, origin=settings.source.origin,
+        binary=settings.source.binary),
         sink, incremental=incremental)
     metrics = None
     if service.metrics_port is not None:

@@ -105,6 +105,9 @@ class SourceSettings(_Section):
     # pgoutput's origin filter (PostgreSQL 16+): "none" leaves out changes that came from
     # another node through logical replication; "any" (the server's default) keeps them
     origin: Literal["any", "none"] | None = None
+    # pgoutput's binary option (PostgreSQL 14+): "auto" streams binary when every published
+    # column type has a binary decoder in pgcdc, text otherwise (decoder/transfer.py)
+    binary: Literal["auto", "on", "off"] = "auto"
 
     _tables = field_validator("tables", mode="before")(_split_tables)
 
@@ -241,6 +244,7 @@ class StateSettings(_Section):
 class LoadSettings(_Section):
     initial: bool = False
     readers: int = Field(default=4, ge=1)
+    workers: int | None = Field(default=None, ge=0)  # processes; None: one per CPU; 0: threads
     chunk_pages: int = Field(default=1024, ge=1)
     incremental: bool = False  # pgcdc run serves incremental snapshots (pgcdc.signal)
     incremental_chunk_rows: int = Field(default=1024, ge=1)
@@ -298,6 +302,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("source", "tables"), "tables", "TABLES"),
     _Key(("source", "receive_timeout"), "receive_timeout", "RECEIVE_TIMEOUT"),
     _Key(("source", "origin"), "origin", "ORIGIN"),
+    _Key(("source", "binary"), "binary", "BINARY"),
     _Key(("sink", "kind"), "sink", "SINK"),
     _Key(("sink", "bootstrap_servers"), "bootstrap_servers", "BOOTSTRAP_SERVERS"),
     _Key(("sink", "topic_prefix"), "topic_prefix", "TOPIC_PREFIX"),
@@ -314,6 +319,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("state", "load_state"), "load_state", "LOAD_STATE"),
     _Key(("load", "initial"), "initial_load", "INITIAL_LOAD"),
     _Key(("load", "readers"), "readers", "READERS"),
+    _Key(("load", "workers"), "workers", "WORKERS"),
     _Key(("load", "chunk_pages"), "chunk_pages", "CHUNK_PAGES"),
     _Key(("state", "incremental_state"), "incremental_state", "INCREMENTAL_STATE"),
     _Key(("load", "incremental"), "incremental_snapshots", "INCREMENTAL"),

@@ -25,6 +25,8 @@ from decoder import binary, tuples
 from decoder import values as v
 from decoder.binary import BinaryDecoders, BinaryFormatError, decoder_for
 from decoder.values import EMPTY_RANGE, Box, Interval, Path, Point, Range, TypeRegistry
+from pgcdc.config import load_settings
+from pgcdc.errors import ConfigError
 
 
 def _decode(oid: int, raw: bytes) -> Any:
@@ -285,3 +287,12 @@ def test_the_tuple_loops_call_the_binary_decoders(loop: Any) -> None:
     assert (unchanged, end) == ((), len(buf))
     with pytest.raises(BinaryFormatError, match="type int4"):
         loop(_tuple(b"\x00", None, None, None), 0, columns)
+
+
+def test_the_binary_setting() -> None:
+    base = {"dsn": "dbname=x"}
+    assert load_settings(base, environ={}).source.binary == "auto"
+    assert load_settings({**base, "binary": "off"}, environ={"PGCDC_BINARY": "on"}
+                         ).source.binary == "off"
+    with pytest.raises(ConfigError, match="source.binary.*from PGCDC_BINARY"):
+        load_settings(base, environ={"PGCDC_BINARY": "yes"})
