@@ -19,20 +19,28 @@ Then, in the same run, one after the other:
 (d) the initial load into Kafka (:class:`~sinks.kafka.KafkaSink`, ``--format``),
     from slot creation until every event is acknowledged (``acks=all``).
 
+(c) and (d) run with ``--workers`` worker processes (default: the number of
+CPUs; each one connection and its own sink), or with ``--workers 0`` as reader
+threads in this process (``--readers`` connections) writing to one sink.
+
 Each load creates its own slot with an exported snapshot.  Rates are rows per
-second of wall time.  The target is (d) >= 0.5 x (a).  Nothing is asserted: the
-script measures, prints a table and a Markdown snippet, and says whether the
-target is met.
+second of wall time, worker start-up included.  CPU is this process's and its
+workers' (user + system; PostgreSQL and Kafka not counted); peak RSS is this
+process's and the largest worker's.  The target is (d) >= 0.5 x (a).  Nothing
+is asserted: the script measures, prints a table and says whether the target is
+met.
 
 From the repository root::
 
     python -m bench.initial_load_bench                 # 1,000,000 rows
     python -m bench.initial_load_bench --rows 200000   # a quick run
+    python -m bench.initial_load_bench --workers 0     # threads in one process
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import platform
@@ -66,7 +74,8 @@ class Measure:
     name: str
     rows: int
     seconds: float
-    cpu: float  # user + system seconds of this process
+    cpu: float  # user + system seconds of this process and its waited-for children
+    worker_rss: int = 0  # the largest worker's peak RSS, KiB (0: no worker processes)
 
     @property
     def rate(self) -> float:
@@ -74,14 +83,16 @@ class Measure:
 
 
 def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """This process and its children that ended (the load's workers; the servers run on)."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def _timed(name: str, rows: int, work: Callable[[], object]) -> Measure:
     cpu, start = _cpu(), time.perf_counter()
-    work()
-    measure = Measure(name, rows, time.perf_counter() - start, _cpu() - cpu)
+    result = work()
+    measure = Measure(name, rows, time.perf_counter() - start, _cpu() - cpu,
+                      result if isinstance(result, int) else 0)
     log.info("%s: %d rows in %.2f s (%.0f rows/s)", name, rows, measure.seconds, measure.rate)
     return measure
 
@@ -152,20 +163,26 @@ def copy_parallel(dsn: str, readers: int, chunk_pages: int) -> None:
         thread.join()
 
 
-def initial_load(dsn: str, sink: Sink, slot: str, state: Path, readers: int,
-                 chunk_pages: int) -> int:
+def initial_load(dsn: str, factory: Callable[[], Sink], slot: str, state: Path, readers: int,
+                 chunk_pages: int, workers: int) -> int:
+    """One load; returns the largest worker's peak RSS (KiB)."""
+    sink = factory()
     load = InitialLoad(LoadConfig(dsn, state, slot=slot, publication="bench", readers=readers,
-                                  chunk_pages=chunk_pages, capture_ddl=False), sink)
+                                  chunk_pages=chunk_pages, capture_ddl=False, workers=workers,
+                                  sink_factory=factory if workers else None), sink)
     summary = load.run()
     sink.close()
     assert summary.complete
-    return summary.progress.rows
+    return max(summary.progress.worker_rss, default=0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--readers", type=int, default=4,
+                        help="connections of (b), and of (c), (d) with --workers 0")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                        help="worker processes of (c) and (d); 0: threads (default: CPUs)")
     parser.add_argument("--chunk-pages", type=int, default=1024)
     parser.add_argument("--format", choices=["avro", "json"], default="avro")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
@@ -189,6 +206,8 @@ def main() -> None:
         total = sum(rows.values())
         copy_sequential(dsn)  # warm the cache: every measurement reads from memory
         results: dict[str, Measure] = {}
+        how = (f"{args.workers} worker processes" if args.workers
+               else f"{args.readers} reader threads")
         if "a" in only:
             results["a"] = _timed("(a) COPY TO STDOUT, one connection", total,
                                   lambda: copy_sequential(dsn))
@@ -196,17 +215,18 @@ def main() -> None:
             results["b"] = _timed(f"(b) COPY TO STDOUT, {args.readers} connections, ctid chunks",
                                   total, lambda: copy_parallel(dsn, args.readers, args.chunk_pages))
         if "c" in only:
-            results["c"] = _timed("(c) initial load into NullSink (decode only)", total,
-                                  lambda: initial_load(dsn, NullSink(), "bench_null",
+            results["c"] = _timed(f"(c) initial load into NullSink (decode only), {how}", total,
+                                  lambda: initial_load(dsn, NullSink, "bench_null",
                                                        work / "null.json", args.readers,
-                                                       args.chunk_pages))
+                                                       args.chunk_pages, args.workers))
         if "d" in only:
             assert servers is not None
-            sink = KafkaSink(servers, topic_prefix="bench", value_format=args.format)
-            results["d"] = _timed(f"(d) initial load into Kafka ({args.format})", total,
-                                  lambda: initial_load(dsn, sink, "bench_kafka",
+            factory = functools.partial(KafkaSink, servers, topic_prefix="bench",
+                                        value_format=args.format)
+            results["d"] = _timed(f"(d) initial load into Kafka ({args.format}), {how}", total,
+                                  lambda: initial_load(dsn, factory, "bench_kafka",
                                                        work / "kafka.json", args.readers,
-                                                       args.chunk_pages))
+                                                       args.chunk_pages, args.workers))
         report(results, args, total)
     finally:
         if broker is not None:
@@ -218,13 +238,20 @@ def main() -> None:
 
 def report(results: dict[str, Measure], args: Any, total: int) -> None:
     load = os.getloadavg()
-    print(f"\n{total:,} rows, {args.readers} readers, {args.chunk_pages} pages per chunk, "
-          f"{os.cpu_count()} CPUs, {platform.python_implementation()} "
-          f"{platform.python_version()}, load average {load[0]:.1f}")
-    print("| measurement | rows/s | seconds | CPU s (this process) |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"\n{total:,} rows, {args.workers} workers, {args.readers} readers, "
+          f"{args.chunk_pages} pages per chunk, {os.cpu_count()} CPUs, "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"load average {load[0]:.1f}")
+    print("| measurement | rows/s | x (a) | seconds | CPU s (pgcdc) | peak RSS of a worker |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    ceiling = results["a"].rate if "a" in results else 0.0
     for m in results.values():
-        print(f"| {m.name} | {m.rate:,.0f} | {m.seconds:.2f} | {m.cpu:.2f} |")
+        ratio = f"{m.rate / ceiling:.3f}" if ceiling else "-"
+        rss = f"{m.worker_rss / 1024:.0f} MiB" if m.worker_rss else "-"
+        print(f"| {m.name} | {m.rate:,.0f} | {ratio} | {m.seconds:.2f} | {m.cpu:.2f} | {rss} |")
+    self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak RSS of this process (coordinator, sinks of (c)/(d) with --workers 0): "
+          f"{self_rss:.0f} MiB")
     if "a" in results and "d" in results:
         ratio = results["d"].rate / results["a"].rate
         print(f"\n(d) / (a) = {ratio:.3f}: target >= 0.5 {'met' if ratio >= 0.5 else 'NOT met'}")

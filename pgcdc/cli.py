@@ -237,6 +237,10 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                              "(default ~/.local/state/pgcdc/<slot>.load.json)")
     parser.add_argument("--readers", type=int,
                         help="connections reading tables in parallel (default 4)")
+    parser.add_argument("--workers", type=int,
+                        help="worker processes reading and writing the load, each with one "
+                             "connection and its own producer (default: one per CPU); 0: "
+                             "--readers threads in this process")
     parser.add_argument("--chunk-pages", type=int,
                         help="pages per chunk, the unit of resuming (default 1024)")
 
@@ -584,13 +588,24 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
     """Load (or resume loading) the slot's tables; progress and a summary go to stderr.
     With ``only_pending`` (for ``run``), only when the slot does not exist yet or its load
     is unfinished."""
+    from functools import partial
+
     from snapshot_builder.initial_load import InitialLoad, LoadConfig
 
     progress_file, catalog_dir, state_file = _paths(settings)
     source = settings.source
+    workers = settings.load.workers
+    workers = len(os.sched_getaffinity(0)) if workers is None else workers
+    # a worker opens its own sink: Kafka (not transactional) or null; jsonl stays in-process
+    separate = settings.sink.kind in ("kafka", "null") and not settings.sink.exactly_once
+    if workers and not separate:
+        log.info("the %s sink is written by this process: the load uses %d reader threads",
+                 settings.sink.kind, settings.load.readers)
     load = InitialLoad(LoadConfig(source.conninfo(), state_file, slot=source.slot,
                                   publication=source.publication, tables=source.tables,
                                   readers=settings.load.readers,
+                                  workers=workers if separate else 0,
+                                  sink_factory=partial(_sink, settings),
                                   chunk_pages=settings.load.chunk_pages,
                                   progress_file=progress_file, catalog_dir=catalog_dir), sink)
     if only_pending and not load.pending():

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 
 import psycopg
 from psycopg import sql
@@ -29,7 +31,7 @@ Conn = psycopg.Connection[tuple[object, ...]]
 @dataclass(frozen=True, slots=True)
 class ChunkTask:
     table: PublishedTable
-    decoder: RowDecoder
+    decoder: RowDecoder | None  # None for a worker process, which builds its own
     index: int  # the chunk's index in its table's plan
     chunk: ChunkState
     since: str | None  # a delta read: only rows whose xmin is not older than this xid
@@ -65,6 +67,36 @@ def copy_query(task: ChunkTask) -> sql.Composed:
         sql.Identifier(table.schema, table.name), sql.SQL(" AND ").join(where))
 
 
+def chunk_batches(conn: Conn, task: ChunkTask, decoder_of: Callable[[], RowDecoder],
+                  batch_rows: int, load_lsn: int, generation: int,
+                  commit_time: int) -> Iterator[list[ChangeEvent]]:
+    """The read events of one chunk, in COPY's order, in batches of ``batch_rows``.
+
+    ``decoder_of()`` is asked for the row decoder at the start of each batch: a worker
+    process checks the catalog generation there (and may stop the chunk by raising).
+    The last batch may be empty.  Memory: one batch, whatever the chunk's size.
+    """
+    table = task.table.table
+    base = ordinal(generation, task.index, 0)
+    rows = 0
+    batch: list[ChangeEvent] = []
+    decode = decoder_of().decode
+    with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+        for raw in copy.rows():
+            if rows >= MAX_CHUNK_ROWS:
+                msg = (f"chunk {task.index} of {table.qualified_name} holds more than "
+                       f"{MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
+                raise ValueError(msg)
+            batch.append(ChangeEvent(READ, table, None, decode(raw)[0], (), load_lsn, load_lsn,
+                                     base + rows, 0, commit_time))
+            rows += 1
+            if len(batch) >= batch_rows:
+                yield batch
+                batch = []
+                decode = decoder_of().decode
+    yield batch
+
+
 def read_chunks(conn: Conn, todo: queue.Queue[ChunkTask], out: queue.Queue[Batch | Failed],
                 halt: threading.Event, batch_rows: int, load_lsn: int, generation: int,
                 commit_time: int) -> None:
@@ -85,30 +117,35 @@ def read_chunks(conn: Conn, todo: queue.Queue[ChunkTask], out: queue.Queue[Batch
                 task = todo.get_nowait()
             except queue.Empty:
                 break
-            table, decode = task.table.table, task.decoder.decode
-            base = ordinal(generation, task.index, 0)
-            events: list[ChangeEvent] = []
+            decoder = task.decoder
+            assert decoder is not None
             rows = 0
-            with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
-                for raw in copy.rows():
-                    if rows >= MAX_CHUNK_ROWS:
-                        msg = (f"chunk {task.index} of {table.qualified_name} holds more than "
-                               f"{MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
-                        raise ValueError(msg)
-                    after = decode(raw)[0]
-                    events.append(ChangeEvent(READ, table, None, after, (), load_lsn, load_lsn,
-                                              base + rows, 0, commit_time))
-                    rows += 1
-                    if len(events) >= batch_rows:
-                        if not put(Batch(task, events)):
-                            raise Halted
-                        events = []
-            if not put(Batch(task, events, last=True, rows=rows)):
+            previous: list[ChangeEvent] | None = None
+            for events in chunk_batches(conn, task, repeat(decoder).__next__, batch_rows,
+                                        load_lsn, generation, commit_time):
+                if previous is not None and not put(Batch(task, previous)):
+                    raise Halted
+                previous = events
+                rows += len(events)
+            if not put(Batch(task, previous or [], last=True, rows=rows)):
                 break
     except Halted:
         pass
     except BaseException as exc:  # handed to the writer thread, which raises it
         put(Failed(exc))
+
+
+def begin_in_snapshot(conn: Conn, snapshot_name: str) -> None:
+    """Start a read-only repeatable-read transaction in an exported snapshot."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+
+
+def lock_tables(conn: Conn, tables: list[tuple[str, str]]) -> None:
+    """ACCESS SHARE locks on every table to load, all at once (see initial_load._lock)."""
+    if tables:
+        names = sql.SQL(", ").join(sql.Identifier(schema, name) for schema, name in tables)
+        conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(names))
 
 
 class Halted(Exception):

@@ -70,11 +70,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 from decoder.change import RowDecoder
 from decoder.errors import SlotInUseError
@@ -100,7 +99,14 @@ from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
 from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import SnapshotBuilder
-from snapshot_builder.chunk_reader import Batch, ChunkTask, Failed, read_chunks
+from snapshot_builder.chunk_reader import (
+    Batch,
+    ChunkTask,
+    Failed,
+    begin_in_snapshot,
+    lock_tables,
+    read_chunks,
+)
 from snapshot_builder.history import HistoryFile
 from snapshot_builder.load_progress import LoadProgress, TableProgress
 from snapshot_builder.load_state import (
@@ -114,6 +120,16 @@ from snapshot_builder.load_state import (
     extend_tail,
     max_chunk_pages,
     plan_chunks,
+)
+from snapshot_builder.load_worker import (
+    Done,
+    Exited,
+    Rows,
+    SinkFactory,
+    WorkerDiedError,
+    WorkerFailed,
+    WorkerPool,
+    WorkerSetup,
 )
 from snapshot_builder.published import PublishedTable, block_size, fetch_published_tables
 
@@ -149,7 +165,11 @@ class LoadConfig:
     create_publication: bool = True
     two_phase: bool = True  # for the slot the load creates
     capture_ddl: bool = True  # install the DDL capture first, as the pipeline would
-    readers: int = 4  # connections reading chunks in parallel
+    readers: int = 4  # connections reading chunks in parallel (with workers=0)
+    # worker processes, each with one connection and its own sink from sink_factory;
+    # 0: reader threads in this process, writing to the sink given to InitialLoad
+    workers: int = 0
+    sink_factory: SinkFactory | None = None
     chunk_pages: int = 1024  # pages per chunk (8 MB with 8 kB blocks)
     batch_rows: int = 1000  # events per batch handed from a reader to the writer
     lock_timeout: float = 10.0  # seconds a reader waits for a table lock before giving up
@@ -178,18 +198,33 @@ class LoadSummary:
 class _Snapshot:
     """The coordinator (catalog, types) and the readers, all in one snapshot."""
 
+    name: str
     coordinator: Conn
-    readers: list[Conn] = field(default_factory=list)
+    export: ReplicationConnection | None = None  # generation 0: the slot's exporting connection
+    readers: list[Conn] = field(default_factory=list)  # reader threads' connections
+    pool: WorkerPool | None = None  # or worker processes
+
+    def release_export(self) -> None:
+        """Every reader imported the snapshot: the export may end."""
+        if self.export is not None:
+            self.export.close()
+            self.export = None
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+        self.release_export()
         for conn in [*self.readers, self.coordinator]:
             conn.close()
 
 
 class InitialLoad:
     def __init__(self, config: LoadConfig, sink: Sink) -> None:
-        if config.readers < 1 or config.chunk_pages < 1:
+        if config.readers < 1 or config.chunk_pages < 1 or config.workers < 0:
             msg = "an initial load needs at least one reader and one page per chunk"
+            raise ValueError(msg)
+        if config.workers and config.sink_factory is None:
+            msg = "worker processes need a sink factory (LoadConfig.sink_factory)"
             raise ValueError(msg)
         self.config = config
         self.sink = sink
@@ -294,16 +329,16 @@ class InitialLoad:
             state = LoadState(cfg.slot, str(system_id), str(database), cfg.publication,
                               exported.consistent_point)
             self.store.save(state)
-            snapshot = _Snapshot(self._connect())
-            try:
-                _begin(snapshot.coordinator, exported.snapshot_name)
-                self._start_history(snapshot.coordinator, exported.consistent_point)
-                self._add_readers(snapshot, exported.snapshot_name)
-            except BaseException:
-                snapshot.close()
-                raise
-        finally:
-            stream.close()  # every reader imported the snapshot: the export may end
+            snapshot = _Snapshot(exported.snapshot_name, self._connect(), export=stream)
+        except BaseException:
+            stream.close()
+            raise
+        try:  # the export lives until every reader imported it (_Snapshot.release_export)
+            begin_in_snapshot(snapshot.coordinator, exported.snapshot_name)
+            self._start_history(snapshot.coordinator, exported.consistent_point)
+        except BaseException:
+            snapshot.close()
+            raise
         return state, snapshot
 
     def _start_history(self, coordinator: Conn, consistent_point: int) -> None:
@@ -318,30 +353,59 @@ class InitialLoad:
         if history.latest.version == 0:
             SnapshotBuilder(history).start_consistent(
                 ddl.baseline(coordinator, cfg.publication), consistent_point)
+        history.close()
+
+    def _catalog_generation(self) -> int:
+        """The catalog history's generation, which the workers' caches check per batch."""
+        directory = self.config.catalog_dir
+        if directory is None or not directory.exists():
+            return 0
+        history = HistoryFile(directory).load(read_only=True)
+        history.close()
+        return history.generation
 
     def _export_snapshot(self, state: LoadState) -> _Snapshot:
         """A resumed generation: a new snapshot from the coordinator's own transaction."""
-        snapshot = _Snapshot(self._connect())
+        coordinator = self._connect()
         try:
-            snapshot.coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
+            coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
             assert row is not None
-            self._add_readers(snapshot, str(row[0]))
         except BaseException:
-            snapshot.close()
+            coordinator.close()
             raise
-        return snapshot
+        return _Snapshot(str(row[0]), coordinator)  # exported while its transaction lasts
+
+    def _options(self) -> str:
+        return f"{SESSION_OPTIONS} -c lock_timeout={int(self.config.lock_timeout * 1000)}"
 
     def _connect(self) -> Conn:
-        options = f"{SESSION_OPTIONS} -c lock_timeout={int(self.config.lock_timeout * 1000)}"
-        return psycopg.connect(self.config.dsn, autocommit=True, options=options,
+        return psycopg.connect(self.config.dsn, autocommit=True, options=self._options(),
                                application_name="pgcdc initial load")
 
-    def _add_readers(self, snapshot: _Snapshot, name: str) -> None:
-        for _ in range(self.config.readers):
-            conn = self._connect()
-            snapshot.readers.append(conn)
-            _begin(conn, name)
+    def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
+                       generation: int, started: int) -> None:
+        """Reader connections (threads) or worker processes import the snapshot and lock
+        every table; only then the exporting connection may close."""
+        cfg = self.config
+        if cfg.workers:
+            assert cfg.sink_factory is not None
+            setup = WorkerSetup(cfg.dsn, self._options(), snapshot.name,
+                                tuple((t.table.schema, t.table.name) for t in tables),
+                                cfg.sink_factory, load_lsn, generation, started, cfg.batch_rows,
+                                cfg.flush_timeout)
+            snapshot.pool = WorkerPool(cfg.workers, setup,
+                                       catalog_generation=self._catalog_generation()).start()
+            try:
+                snapshot.pool.wait_ready(timeout=60 + cfg.lock_timeout)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
+                raise _lock_error(exc) from exc
+        else:
+            for _ in range(cfg.readers):
+                conn = self._connect()
+                snapshot.readers.append(conn)
+                begin_in_snapshot(conn, snapshot.name)
+            self._lock(snapshot, tables)
 
     # --- the load -----------------------------------------------------------------------------
 
@@ -364,8 +428,6 @@ class InitialLoad:
                             "load; it is skipped", table.qualified_name)
                 table.complete = True
         loading = [t for t in loading if not t.complete]
-        self._lock(snapshot, [catalog[t.oid] for t in loading])
-        _check_unchanged(cfg.dsn, cfg.publication, [catalog[t.oid] for t in loading], captured)
 
         resumed = bool(state.generations)
         generation = len(state.generations)
@@ -377,7 +439,13 @@ class InitialLoad:
             "SELECT (pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::int8"
             " % 4294967296)::text").fetchone()
         assert row is not None
-        state.generations.append(Generation(str(row[0]), now_pg_micros()))
+        started = Generation(str(row[0]), now_pg_micros())
+        tables = [catalog[t.oid] for t in loading]
+        if tables:
+            self._start_readers(snapshot, tables, state.load_lsn, generation, started.started)
+        snapshot.release_export()
+        _check_unchanged(cfg.dsn, cfg.publication, tables, captured)
+        state.generations.append(started)
         tasks = self._plan(state, catalog, loading, coordinator)
         if not any(not t.complete for t in state.tables.values()):
             state.status = COMPLETE
@@ -392,7 +460,9 @@ class InitialLoad:
                 table.qualified_name, published.estimated_rows,
                 sum(1 for t in tasks if t.table.oid == table.oid))
             self.sink.publish_table(published.table, state.load_lsn)
-        if tasks:
+        if snapshot.pool is not None:
+            self._read_in_workers(state, snapshot.pool, tasks, stop, on_progress)
+        elif tasks:
             self._read(state, snapshot, tasks, stop, on_progress)
         complete = state.status == COMPLETE
         if complete:
@@ -403,13 +473,10 @@ class InitialLoad:
     def _lock(self, snapshot: _Snapshot, tables: list[PublishedTable]) -> None:
         """Every reader locks every table first: a later lock request of one reader would
         queue behind a DDL that waits for another reader, and nobody would wake up."""
-        if not tables:
-            return
-        names = sql.SQL(", ").join(sql.Identifier(t.table.schema, t.table.name) for t in tables)
-        statement = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(names)
+        names = [(t.table.schema, t.table.name) for t in tables]
         try:
             for conn in snapshot.readers:
-                conn.execute(statement)
+                lock_tables(conn, names)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
             raise _lock_error(exc) from exc
 
@@ -510,21 +577,67 @@ class InitialLoad:
             msg = (f"the sink did not make the initial load's events durable within "
                    f"{self.config.flush_timeout:.0f} s; run again: the load resumes")
             raise LoadNotDurableError(msg)
-        generation = state.generation
         for batch in self._written:
-            batch.task.chunk.done = generation
-            table = state.tables[batch.task.table.oid]
-            table.rows += batch.rows
-            progress = self.progress.tables[table.oid]
-            progress.chunks_done += 1
-            if all(c.done == generation for c in table.chunks):
-                table.complete = True
-                progress.finished = time.monotonic()
+            self._record_done(state, batch.task, batch.rows)
         self._written.clear()
+
+    def _record_done(self, state: LoadState, task: ChunkTask, rows: int) -> None:
+        """A chunk whose every event is durable: done at this generation, in the state file."""
+        generation = state.generation
+        task.chunk.done = generation
+        table = state.tables[task.table.oid]
+        table.rows += rows
+        progress = self.progress.tables[table.oid]
+        progress.chunks_done += 1
+        if all(c.done == generation for c in table.chunks):
+            table.complete = True
+            progress.finished = time.monotonic()
         if all(t.complete for t in state.tables.values()):
             state.status = COMPLETE
         self.store.save(state)
         failpoints.hit("after_snapshot_chunk")
+
+    def _read_in_workers(self, state: LoadState, pool: WorkerPool, tasks: list[ChunkTask],
+                         stop: threading.Event,
+                         on_progress: Callable[[LoadProgress], None] | None) -> None:
+        """Worker processes read and write; this process records what they made durable.
+
+        A worker reports a chunk :class:`Done` only once its own sink made it durable, so
+        recording it here keeps the order sink durable -> chunk recorded.  After an error
+        the other workers are halted, and the chunks they still report done are recorded
+        before the error is raised: they are durable.
+        """
+        pool.submit([replace(t, decoder=None) for t in tasks])  # a worker builds its own
+        error: BaseException | None = None
+        last_report = time.monotonic()
+        while pool.running:
+            if stop.is_set():
+                pool.halt.set()
+            try:
+                for message in pool.messages(0.2):
+                    if isinstance(message, Rows):
+                        progress = self.progress.tables[tasks[message.task].table.oid]
+                        if progress.started is None:
+                            progress.started = time.monotonic()
+                        progress.rows += message.rows
+                    elif isinstance(message, Done):
+                        self._record_done(state, tasks[message.task], message.rows)
+                    elif isinstance(message, Exited):
+                        self.progress.worker_rss.append(message.peak_rss)
+                    elif isinstance(message, WorkerFailed):
+                        error = error or message.error
+                        pool.halt.set()
+            except WorkerDiedError as exc:
+                error = error or exc
+                pool.halt.set()
+            now = time.monotonic()
+            if on_progress is not None and now - last_report >= self.config.progress_interval:
+                on_progress(self.progress)
+                last_report = now
+        if error is not None:
+            if isinstance(error, psycopg.errors.LockNotAvailable):
+                raise _lock_error(error) from error
+            raise error
 
 
 
@@ -536,12 +649,6 @@ def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:
            "holds or awaits a conflicting lock (DDL?) or a table changed; run again later: the "
            "load resumes")
     return SnapshotChangedError(msg)
-
-
-def _begin(conn: Conn, snapshot_name: str) -> None:
-    """Start a repeatable-read transaction in an exported snapshot."""
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
 
 
 def _check_unchanged(dsn: str, publication: str, tables: Iterable[PublishedTable],

@@ -42,6 +42,7 @@ class LoadProgress:
     tables: dict[int, TableProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     generation: int = 0
+    worker_rss: list[int] = field(default_factory=list)  # each worker process's peak RSS, KiB
 
     @property
     def rows(self) -> int:
@@ -90,6 +91,9 @@ class LoadProgress:
         """The final report: every table with its rows, time and rate."""
         out = [f"initial load (generation {self.generation}): {self.rows:,} rows from "
                f"{len(self.tables)} tables in {self.seconds:.1f} s ({self.rate:,.0f} rows/s)"]
+        if self.worker_rss:
+            out.append(f"  {len(self.worker_rss)} worker processes, peak RSS "
+                       f"{max(self.worker_rss) / 1024:,.0f} MiB (the largest)")
         for table in self.tables.values():
             rate = table.rows / table.seconds if table.seconds > 0 else 0.0
             state = "done" if table.finished is not None else "not finished"

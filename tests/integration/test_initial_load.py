@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn, slot_info
@@ -74,12 +76,16 @@ def _chunk(event: dict[str, Any]) -> int:
     return int(event["source"]["ordinal"]) >> ROW_BITS & ((1 << CHUNK_BITS) - 1)
 
 
+@pytest.mark.parametrize("workers", [0, 2], ids=["threads", "2-workers"])
 def test_consistent_clone_under_concurrent_writes(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
-                                                  topic_prefix: str, tmp_path: Path) -> None:
+                                                  topic_prefix: str, tmp_path: Path,
+                                                  workers: int) -> None:
     writer = _ledger(pg_conn)
-    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    factory = partial(KafkaSink, kafka_servers, topic_prefix=topic_prefix)
+    sink = factory()
     load = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", tables=["public.ledger"],
-                                  readers=3, chunk_pages=16), sink)
+                                  readers=3, chunk_pages=16, workers=workers,
+                                  sink_factory=factory), sink)
     assert load.pending()
     writer.start(pause=0.002)
     try:
@@ -106,6 +112,9 @@ def test_consistent_clone_under_concurrent_writes(pg_conn: Conn, pg_dsn: str, ka
     assert min(e["source"]["commit_lsn"] for e in streamed) >= summary.state.consistent_point
     assert writer.ledger.transactions > 20 and len(streamed) > 20
     assert _fold(events) == _source(pg_conn)
+    # every worker read chunks, each through its own producer, and reported its peak memory
+    assert len(summary.progress.worker_rss) == workers
+    assert all(0 < rss < 1024 * 1024 for rss in summary.progress.worker_rss)
 
 
 def test_read_versions_and_values_equal_streamed_ones(pg_conn: Conn, pg_dsn: str,
@@ -167,7 +176,7 @@ class _Pgcdc:
                        "--topic-prefix", prefix, "--load-state", str(tmp / "load.json"),
                        "--progress-file", str(tmp / "progress.json"),
                        "--catalog-dir", str(tmp / "catalog"), "--readers", "2",
-                       "--chunk-pages", "16"]
+                       "--workers", "2", "--chunk-pages", "16"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, command: list[str], fail_point: str | None = None) -> None:

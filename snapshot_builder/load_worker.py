@@ -1,0 +1,346 @@
+"""Worker processes of the initial load: each reads chunks into a sink of its own.
+
+Decoding a row and encoding its event cost far more than the server's COPY of it
+(docs/initial-load.md), and both run on Python's one interpreter lock, so the
+load spreads them over processes (``multiprocessing``, ``spawn``: the parent
+holds librdkafka threads, which ``fork`` would copy in a broken state).  Each
+worker:
+
+1. connects with the replication session's settings, imports the load's
+   snapshot (``SET TRANSACTION SNAPSHOT``), locks every table to load in ACCESS
+   SHARE mode and reports :class:`Ready`; the parent keeps the exporting
+   connection open until every worker did;
+2. opens its own sink with the parent's factory (for Kafka: its own producer)
+   and publishes each table version it writes (idempotent: the parent published
+   it first);
+3. takes chunks from the shared task queue; per batch of rows it checks the
+   catalog generation in shared memory (:class:`~snapshot_builder.generation.
+   SharedGeneration`) against its :class:`~snapshot_builder.generation.
+   GenerationCache` of row decoders and type registry, stops if the parent
+   halted or died, writes the events and reports :class:`Rows`;
+4. at the end of a chunk: ``end_transaction(load LSN)``, ``flush``, nothing in
+   flight and the durable LSN at the load LSN (which raises a delivery error);
+   only then :class:`Done`, on which the parent records the chunk done.
+
+Memory per worker is bounded: one batch of events plus the producer's queue.
+Errors travel to the parent as :class:`WorkerFailed`; a worker that dies without a word
+(killed) is noticed by the parent (:meth:`WorkerPool.messages`).  Either way the
+chunks already recorded stay done and the next run resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import queue
+import resource
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from multiprocessing.context import SpawnProcess
+from typing import Any
+
+import psycopg
+
+from decoder.change import RowDecoder
+from decoder.types import load_types
+from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from pgcdc.errors import TransientError
+from sinks.sink import Sink
+from snapshot_builder.catalog import TableVersion
+from snapshot_builder.chunk_reader import (
+    ChunkTask,
+    Halted,
+    begin_in_snapshot,
+    chunk_batches,
+    lock_tables,
+)
+from snapshot_builder.generation import GenerationCache, SharedGeneration
+
+log = logging.getLogger(__name__)
+
+SinkFactory = Callable[[], Sink]
+"""Builds a sink in a worker process: picklable (a class or a module-level function,
+possibly in a :func:`functools.partial`) and without state shared with the parent."""
+
+
+class WorkerDiedError(TransientError):
+    """A worker process ended without reporting (killed, or crashed in C code)."""
+
+
+class WorkerError(TransientError):
+    """A worker's exception that could not travel to the parent as itself."""
+
+
+class NotDurableError(TransientError):
+    """A worker's sink did not make a chunk durable in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSetup:
+    """What every worker gets at its start (pickled once per process)."""
+
+    dsn: str
+    options: str  # libpq options: the replication session's settings and lock_timeout
+    snapshot: str  # the exported snapshot to import
+    lock: tuple[tuple[str, str], ...]  # (schema, name) of every table to load
+    sink_factory: SinkFactory
+    load_lsn: int
+    generation: int  # the load's generation (read positions)
+    commit_time: int
+    batch_rows: int
+    flush_timeout: float
+
+
+# --- messages, worker -> parent ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    worker: int
+    task: int
+    rows: int  # written since the last report (not durable yet)
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    worker: int
+    task: int
+    rows: int  # the chunk's rows, all durable in the worker's sink
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    worker: int
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    worker: int
+    peak_rss: int  # the worker's peak resident set, KiB (getrusage ru_maxrss on Linux)
+
+
+Message = Ready | Rows | Done | WorkerFailed | Exited
+
+
+# --- the worker process -----------------------------------------------------------------------
+
+class _Reader:
+    """One worker's state: its connection, its sink, its caches of derived objects."""
+
+    def __init__(self, worker: int, setup: WorkerSetup, conn: psycopg.Connection[Any],
+                 sink: Sink, results: Any, halt: Any, catalog: SharedGeneration) -> None:
+        self.worker, self.setup, self.conn, self.sink = worker, setup, conn, sink
+        self.results, self.halt, self.catalog = results, halt, catalog
+        self.parent = os.getppid()
+        self.registry = TypeRegistry()
+        self.decoders: GenerationCache[tuple[int, str], RowDecoder] = \
+            GenerationCache(self._decoder)
+        self._tables: dict[tuple[int, str], TableVersion] = {}
+
+    def _decoder(self, key: tuple[int, str]) -> RowDecoder:
+        table = self._tables[key]
+        custom = {c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID}
+        if custom:  # under the load's snapshot, like the parent's registry
+            load_types(self.conn, custom, self.registry)
+        self.sink.publish_table(table, self.setup.load_lsn)
+        return RowDecoder(table, self.registry.decoder_for)
+
+    def decoder_for(self, table: TableVersion) -> RowDecoder:
+        """At the start of each batch: stop if asked to, drop what a newer catalog made stale."""
+        if self.halt.is_set() or os.getppid() != self.parent:
+            raise Halted
+        if self.decoders.check(self.catalog.value):
+            self.registry = TypeRegistry()  # the types may have changed as well
+        key = (table.oid, table.version)
+        self._tables[key] = table
+        return self.decoders.get(key)
+
+    def run(self, tasks: Any) -> None:
+        setup = self.setup
+        while True:
+            item = self._next(tasks)
+            if item is None:
+                return
+            number, task = item
+            table = task.table.table
+            rows = 0
+            for events in chunk_batches(self.conn, task, partial(self.decoder_for, table),
+                                        setup.batch_rows, setup.load_lsn, setup.generation,
+                                        setup.commit_time):
+                write = self.sink.write
+                for event in events:
+                    write(event)
+                rows += len(events)
+                self.sink.poll(0)
+                if events:
+                    self.results.put(Rows(self.worker, number, len(events)))
+            self._durable()
+            self.results.put(Done(self.worker, number, rows))
+
+    def _next(self, tasks: Any) -> tuple[int, ChunkTask] | None:
+        while True:
+            if self.halt.is_set() or os.getppid() != self.parent:
+                return None
+            try:
+                item: tuple[int, ChunkTask] | None = tasks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            return item
+
+    def _durable(self) -> None:
+        """The chunk's events durable in this worker's sink (the order of sinks/sink.py)."""
+        lsn, timeout = self.setup.load_lsn, self.setup.flush_timeout
+        self.sink.end_transaction(lsn)
+        self.sink.flush(timeout)
+        durable = self.sink.durable_lsn()  # raises the first delivery error
+        if self.sink.in_flight() or durable is None or durable < lsn:
+            msg = (f"a load worker's sink did not make its chunk durable within {timeout:.0f} s; "
+                   "run again: the load resumes")
+            raise NotDurableError(msg)
+
+
+def worker_main(worker: int, setup: WorkerSetup, tasks: Any, results: Any, halt: Any,
+                catalog: SharedGeneration) -> None:
+    """The entry point of a worker process (module level, so ``spawn`` can import it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the load through ``halt``
+    sink: Sink | None = None
+    try:
+        with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
+                             application_name=f"pgcdc initial load worker {worker}") as conn:
+            begin_in_snapshot(conn, setup.snapshot)
+            lock_tables(conn, list(setup.lock))
+            results.put(Ready(worker))
+            sink = setup.sink_factory()
+            try:
+                _Reader(worker, setup, conn, sink, results, halt, catalog).run(tasks)
+            except Halted:
+                pass
+        results.put(Exited(worker, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    except BaseException as exc:
+        results.put(WorkerFailed(worker, _portable(exc)))
+    finally:
+        if sink is not None:
+            try:
+                sink.close()
+            except Exception:  # the error that matters was reported above
+                log.exception("load worker %d: closing its sink failed", worker)
+        results.close()
+        results.join_thread()  # every message is in the pipe before the process ends
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` itself if it survives pickling, else an error that carries its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))  # noqa: S301 - our own bytes, just made
+    except Exception:
+        return WorkerError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+# --- the parent's side ------------------------------------------------------------------------
+
+class WorkerPool:
+    """``count`` worker processes, the task queue they share and the messages they send."""
+
+    def __init__(self, count: int, setup: WorkerSetup, *, catalog_generation: int = 0) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.tasks: Any = context.Queue()
+        self.results: Any = context.Queue()
+        self.halt: Any = context.Event()
+        self.catalog = SharedGeneration(context, catalog_generation)
+        self.processes: list[SpawnProcess] = [
+            context.Process(target=worker_main, name=f"pgcdc-load-{i}", daemon=True,
+                            args=(i, setup, self.tasks, self.results, self.halt, self.catalog))
+            for i in range(count)]
+        self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
+
+    def start(self) -> WorkerPool:
+        for process in self.processes:
+            process.start()
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until every worker imported the snapshot and locked the tables; raises its error."""
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(ready) < len(self.processes):
+            for message in self.messages(0.2):
+                if isinstance(message, WorkerFailed):
+                    raise message.error
+                if isinstance(message, Ready):
+                    ready.add(message.worker)
+            if time.monotonic() > deadline:
+                msg = (f"{len(self.processes) - len(ready)} load workers did not import the "
+                       f"snapshot within {timeout:.0f} s; run again: the load resumes")
+                raise WorkerDiedError(msg)
+
+    def submit(self, tasks: list[ChunkTask]) -> None:
+        """Every task, then one end mark per worker."""
+        for number, task in enumerate(tasks):
+            self.tasks.put((number, task))
+        for _ in self.processes:
+            self.tasks.put(None)
+
+    @property
+    def running(self) -> bool:
+        return len(self.exited) < len(self.processes)
+
+    def messages(self, timeout: float) -> Iterator[Message]:
+        """What arrived within ``timeout`` seconds (at least one wait); raises
+        :class:`WorkerDiedError` for a worker that ended without reporting."""
+        message = self._get(timeout)
+        if message is None:
+            message = self._check_alive()
+        while message is not None:
+            if isinstance(message, Exited | WorkerFailed):
+                self.exited.add(message.worker)
+            yield message
+            message = self._get(0)
+
+    def _get(self, timeout: float) -> Message | None:
+        try:
+            message: Message = (self.results.get(timeout=timeout) if timeout > 0
+                                else self.results.get_nowait())
+        except queue.Empty:
+            return None
+        return message
+
+    def _check_alive(self) -> Message | None:
+        """None if every worker that ended reported it; a message that arrived late; or
+        :class:`WorkerDiedError`."""
+        for number, process in enumerate(self.processes):
+            if number in self.exited or process.exitcode is None:
+                continue
+            message = self._get(1.0)  # its last words may still be in the pipe
+            if message is not None:
+                return message
+            self.exited.add(number)
+            msg = (f"load worker {number} (pid {process.pid}) ended with exit code "
+                   f"{process.exitcode} before reporting; the chunks it did not report are "
+                   "not done: run again, the load resumes")
+            raise WorkerDiedError(msg)
+        return None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Halt every worker, wait for them, end what does not end."""
+        self.halt.set()
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                log.warning("load worker %s did not stop within %.0f s; terminated",
+                            process.name, timeout)
+                process.terminate()
+                process.join(5)
+        self.tasks.cancel_join_thread()
+        self.results.cancel_join_thread()
