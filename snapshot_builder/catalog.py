@@ -3,9 +3,12 @@
 A :class:`TableVersion` is one definition of one table.  Its version has two
 parts, as in the object-versions seed: ``layout`` changes when the columns,
 their types or their order change; ``meta`` changes for anything else (name,
-schema, replica identity).  Both are fingerprints of the definition, so
-identical definitions get identical versions, on every run and every machine,
-and a dropped-and-recreated table is a new object because its OID differs.
+schema, replica identity, and where DDL capture knows them NOT NULL, defaults,
+comment, partition parent and the columns' attnums: a column dropped and added
+again under the same name and type is another column, so another version).
+Both are fingerprints of the definition, so identical definitions get identical
+versions, on every run and every machine, and a dropped-and-recreated table is
+a new object because its OID differs.
 
 :class:`RelationCatalog` keeps the definition the stream itself proves: the
 pgoutput Relation messages.  (The time-travel history built from DDL in the
@@ -37,7 +40,7 @@ class Column:
     not_null: bool | None = None  # None: not known (a Relation message does not say)
     default: str | None = None
     # pg_attribute.attnum: the column's identity, kept across a rename (captured DDL only);
-    # not part of the version, so a definition's version is the same with or without it
+    # part of ``meta`` where known: a column dropped and added again is another column
     attnum: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,7 +99,9 @@ class TableVersion:
         object.__setattr__(self, "key_columns", tuple(c for c in self.columns if c.is_key))
         object.__setattr__(self, "qualified_name", f"{self.schema}.{self.name}")
 
-    def _fingerprints(self) -> tuple[str, str]:
+    def _fingerprints(self, *, legacy: bool = False) -> tuple[str, str]:
+        """``legacy``: as pgcdc computed them before attnums counted (such stored versions
+        stay valid; a new capture of the same table gets the new version)."""
         layout = [(c.name, c.type_oid, c.typmod) for c in self.columns]
         meta: list[Any] = [self.schema, self.name, self.replica_identity,
                            [c.name for c in self.columns if c.is_key]]
@@ -105,6 +110,8 @@ class TableVersion:
         if any(v is not None for pair in extras for v in pair) or self.comment is not None \
                 or self.partition_parent is not None:
             meta += [extras, self.comment, self.partition_parent]
+        if not legacy and any(c.attnum is not None for c in self.columns):
+            meta.append([c.attnum for c in self.columns])
         return _fingerprint(layout), _fingerprint(meta)
 
     @classmethod
@@ -132,7 +139,8 @@ class TableVersion:
         """Raise :class:`VersionMismatchError` unless the stored fingerprints are the ones
         this definition gives (a restored version is checked here, on demand)."""
         layout, meta = self._fingerprints()
-        if (layout, meta) != (self.layout, self.meta):
+        if (layout, meta) != (self.layout, self.meta) and \
+                self._fingerprints(legacy=True) != (self.layout, self.meta):
             msg = (f"table {self.qualified_name} (oid {self.oid}) was stored as version "
                    f"{self.version} but its definition gives {layout}.{meta}: the catalog "
                    "history was edited or damaged; restore it, or remove the folder to "
@@ -208,6 +216,11 @@ def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersio
                          data["replica_identity"], columns,
                          data.get("comment"), data.get("partition_parent"))
     if stored is not None and stored != table.version:
+        layout, meta = table._fingerprints(legacy=True)
+        if stored == f"{layout}.{meta}":  # written before attnums counted: kept as written
+            return TableVersion._restore(table.oid, table.schema, table.name,
+                                         table.replica_identity, columns, table.comment,
+                                         table.partition_parent, layout, meta)
         msg = (f"table {data['schema']}.{data['name']} was stored as version {stored} "
                f"but its definition gives {table.version}")
         raise VersionMismatchError(msg)

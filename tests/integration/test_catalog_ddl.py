@@ -118,6 +118,22 @@ def test_rename_retype_drop_and_recreate(pg_conn: Conn, pg_dsn: str) -> None:
     assert history.table_at(a.oid, sink.events[2].commit_lsn) == c
 
 
+def test_a_column_dropped_and_added_again_is_a_new_version(pg_conn: Conn, pg_dsn: str) -> None:
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    pg_conn.execute("INSERT INTO t VALUES (1, 1)")
+    pg_conn.execute("ALTER TABLE t DROP COLUMN v")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN v int")  # row 1 has no v any more
+    pg_conn.execute("INSERT INTO t VALUES (2, 2)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    before, after = (e.table for e in sink.events)
+    assert before.layout == after.layout  # the same names, types and order ...
+    assert before.version != after.version  # ... but v is another column
+    assert [c.attnum for c in before.columns] == [1, 2]
+    assert [c.attnum for c in after.columns] == [1, 3]
+
+
 def test_enum_value_added(pg_conn: Conn, pg_dsn: str) -> None:
     pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, m mood)")

@@ -9,7 +9,13 @@ import pytest
 
 from decoder.pgoutput import Relation, RelationColumn, Type
 from pgcdc import catalog_view
-from snapshot_builder.catalog import RelationCatalog
+from snapshot_builder.catalog import (
+    Column,
+    RelationCatalog,
+    TableVersion,
+    VersionMismatchError,
+    table_from_dict,
+)
 from snapshot_builder.datatype import TypeDefinitionError, TypeVersion, builtin_type, type_from_dict
 from snapshot_builder.history import HistoryFile
 
@@ -99,3 +105,36 @@ def test_the_identity_index_follows_the_replica_identity() -> None:
     full, _ = RelationCatalog().observe(_rel(identity="f", cols=(
         RelationColumn(1, "id", 23, -1), RelationColumn(1, "v", 25, -1))))
     assert full.identity_index.kind == "full" and len(full.identity_index.columns) == 2
+
+
+def _captured(attnums: tuple[int, int]) -> TableVersion:
+    return TableVersion(7, "public", "t", "d", (
+        Column("id", 23, "int4", -1, True, True, None, attnums[0]),
+        Column("v", 25, "text", -1, False, False, None, attnums[1])))
+
+
+def test_a_column_dropped_and_added_again_is_another_version() -> None:
+    """Same names, types and order, but ``v`` is attnum 3 after DROP and ADD COLUMN v: the
+    old values are gone at the source, so the version must say it is another column."""
+    before, after = _captured((1, 2)), _captured((1, 3))
+    assert before.layout == after.layout and before.same_layout(after)
+    assert before.version != after.version
+    assert _captured((1, 2)).version == before.version  # still identical for identical ones
+    # golden: versions are persisted and published, so the scheme must not drift
+    assert (before.version, after.version) == ("6012e6033f37.e2a33dfea28d",
+                                               "6012e6033f37.1aa32a876177")
+
+
+def test_versions_stored_before_attnums_counted_stay_readable() -> None:
+    table = _captured((1, 2))
+    layout, meta = table._fingerprints(legacy=True)
+    assert f"{layout}.{meta}" != table.version
+    old = {**table.to_dict(), "version": f"{layout}.{meta}", "layout": layout}
+    restored = table_from_dict(old)  # verified: a legacy version is accepted as written
+    assert restored.version == f"{layout}.{meta}" and restored.columns == table.columns
+    table_from_dict(old, verify=False).verify()
+    damaged = {**old, "version": f"{layout}.000000000000"}
+    with pytest.raises(VersionMismatchError):
+        table_from_dict(damaged)
+    with pytest.raises(VersionMismatchError):
+        table_from_dict(damaged, verify=False).verify()
