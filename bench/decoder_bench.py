@@ -42,6 +42,7 @@ From the repository root::
     python -m bench.decoder_bench --scale 0.1      # a quick run
     python -m bench.decoder_bench --only a,b       # without Kafka
     python -m bench.decoder_bench --protocol native   # pgcdc's own protocol choice
+    python -m bench.decoder_bench --binary on      # every consumer with pgoutput's binary option
     python -m bench.decoder_bench --only b --scale 0.2 --profile /tmp/b.prof   # cProfile (b)
     python -m bench.decoder_bench --only b --scale 0.2 --profile /tmp/b.txt --profiler pyinstrument
 """
@@ -254,13 +255,17 @@ def consumer_options(protocol: str, server_version: int) -> dict[str, str]:
     ``native`` asks the pipeline itself which options it would send to this server, so
     (a) gets exactly what (b) and (c) negotiate.
     """
+    binary = {"binary": "true"} if os.environ.get(_BINARY_ENV) == "on" else {}
     if protocol != "native":
-        return {"proto_version": protocol, "publication_names": PUBLICATION}
+        return {"proto_version": protocol, "publication_names": PUBLICATION, **binary}
     pipeline = Pipeline(PipelineConfig("", publication=PUBLICATION), NullSink())
     options = getattr(pipeline, "_options", None)  # absent from pgcdc versions speaking only v1
     if options is None:
         return {"proto_version": "1", "publication_names": PUBLICATION}
-    return dict(options(server_version))
+    return {**options(server_version), **binary}
+
+
+_BINARY_ENV = "PGCDC_BENCH_BINARY"  # --binary, for the workers too (they inherit it)
 
 
 # --- the server's side ----------------------------------------------------------------------
@@ -436,7 +441,8 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
 
 def worker_config(args: argparse.Namespace) -> PipelineConfig:
     wanted: dict[str, Any] = {"slot": args.slot, "publication": PUBLICATION, "tables": [TABLE],
-                              "create_slot": False, "create_publication": False}
+                              "create_slot": False, "create_publication": False,
+                              "binary": os.environ.get(_BINARY_ENV, "off")}
     if args.protocol != "native":
         wanted.update(protocol_version=int(args.protocol), streaming=False)
     known = {f.name for f in dataclasses.fields(PipelineConfig)}
@@ -711,6 +717,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="workload size relative to the reference (default 1.0)")
     parser.add_argument("--only", default="a,b,c",
                         help="comma-separated measurements to run, of a, b, c (default all)")
+    parser.add_argument("--binary", choices=["off", "on"], default="off",
+                        help="pgoutput's binary option for every consumer (default off)")
     parser.add_argument("--protocol", choices=["1", "native"], default="1",
                         help="pgoutput options of every consumer: proto_version=1 (default) "
                              "or what pgcdc negotiates by itself")
@@ -735,6 +743,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="measure (a) after the others instead of first (the first "
                              "consumer's walsender reads the WAL from disk)")
     args = parser.parse_args(argv)
+    if args.worker is None:
+        os.environ[_BINARY_ENV] = args.binary
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
     if not keys or any(k not in SLOTS for k in keys):
         parser.error("--only takes a comma-separated subset of a, b, c")
