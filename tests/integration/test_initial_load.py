@@ -19,6 +19,7 @@ import pytest
 from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import failpoints
+from pgcdc.cli import EXIT_TRANSIENT
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, topic_name
 from snapshot_builder.initial_load import InitialLoad, LoadConfig
@@ -171,12 +172,13 @@ def test_read_versions_and_values_equal_streamed_ones(pg_conn: Conn, pg_dsn: str
 class _Pgcdc:
     """``python -m pgcdc`` as a separate process, to crash it for real."""
 
-    def __init__(self, dsn: str, servers: str, prefix: str, tmp: Path) -> None:
+    def __init__(self, dsn: str, servers: str, prefix: str, tmp: Path, *,
+                 chunk_pages: int = 16) -> None:
         self.common = ["--dsn", dsn, "--tables", "public.ledger", "--bootstrap-servers", servers,
                        "--topic-prefix", prefix, "--load-state", str(tmp / "load.json"),
                        "--progress-file", str(tmp / "progress.json"),
                        "--catalog-dir", str(tmp / "catalog"), "--readers", "2",
-                       "--workers", "2", "--chunk-pages", "16"]
+                       "--workers", "2", "--chunk-pages", str(chunk_pages)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, command: list[str], fail_point: str | None = None) -> None:
@@ -249,6 +251,78 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
     again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
     assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
     assert {e["source"]["commit_lsn"] for e in reads} == {crashed.consistent_point - 1}
+
+
+def _workers(pid: int) -> list[int]:
+    """The load's worker processes: ``spawn`` children of ``pid`` (not its resource tracker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def test_a_worker_killed_mid_load_resumes(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                          topic_prefix: str, tmp_path: Path) -> None:
+    """kill -9 of one worker process while chunks are being loaded: the load stops with a
+    transient error naming the worker, the chunks already durable stay done, and the next
+    run resumes them under a new snapshot and ends equal to the source."""
+    writer = _ledger(pg_conn)
+    pgcdc = _Pgcdc(pg_dsn, kafka_servers, topic_prefix, tmp_path, chunk_pages=1)
+    store = LoadStateStore(tmp_path / "load.json")
+    writer.start(pause=0.002)
+    try:
+        pgcdc.start(["snapshot"])
+        assert pgcdc.proc is not None
+        deadline = time.monotonic() + 60
+        while True:  # a page per chunk: hundreds of checkpoints, the kill lands in between
+            state = store.load()
+            if state is not None and state.tables and sum(
+                    c.done == 0 for t in state.tables.values() for c in t.chunks) >= 3:
+                break
+            assert pgcdc.proc.poll() is None, pgcdc.wait(5)
+            assert time.monotonic() < deadline, "no chunk became durable"
+            time.sleep(0.02)
+        workers = _workers(pgcdc.proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        code, err = pgcdc.wait(timeout=60)
+        assert code == EXIT_TRANSIENT, err
+        assert f"(pid {workers[0]}) ended with exit code -9" in err, err
+
+        crashed = store.load()
+        assert crashed is not None and crashed.status == "loading"
+        table = next(iter(crashed.tables.values()))
+        done = [i for i, c in enumerate(table.chunks) if c.done == 0]
+        assert len(done) >= 3 and len(done) < len(table.chunks) and not table.complete
+        info = slot_info(pg_conn, "pgcdc")
+        assert info is not None and info.confirmed_flush_lsn == crashed.consistent_point
+
+        pgcdc.start(["snapshot"])  # resumes: generation 1
+        code, err = pgcdc.wait(timeout=120)
+        assert code == 0, err
+        assert "initial load (generation 1)" in err and "2 worker processes" in err
+        time.sleep(0.5)
+    finally:
+        writer.stop()
+    resumed = store.load()
+    assert resumed is not None and resumed.status == "complete"
+    pgcdc.start(["run"])
+    pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn), timeout=90)
+
+    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
+    assert _fold(events) == _source(pg_conn)
+    reads = [e for e in events if e["op"] == READ]
+    first = [e for e in reads if _generation(e) == 0 and _chunk(e) in done]
+    again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
+    assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
 
 
 def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_dsn: str,
