@@ -315,6 +315,11 @@ class SoakPgcdc:
                 out["events"] += float(value)
             elif name == "pgcdc_reconnects_total":
                 out["reconnects"] = float(value)
+            elif name == "pgcdc_memory_python_blocks":
+                out["python_blocks"] = float(value)
+            elif name.startswith("pgcdc_memory_heap_bytes"):
+                state = "in_use" if 'state="in_use"' in name else "free"
+                out[f"heap_{state}_mib"] = float(value) / 2**20
         return out
 
     def stop(self, timeout: float = 60) -> int:
@@ -348,6 +353,11 @@ class Sample:
     reconnects: float | None
     transactions: int
     fault: str | None  # the fault being handled at that moment, if any
+    # pgcdc/memory.py's figures from /metrics: the Python allocator's blocks, and malloc's
+    # heap in use (a native leak grows it) and kept free (the allocator's high-water mark)
+    python_blocks: float | None = None
+    heap_in_use_mib: float | None = None
+    heap_free_mib: float | None = None
 
 
 class Sampler:
@@ -386,7 +396,8 @@ class Sampler:
         return Sample(round(now - self.t0, 2), self.pgcdc.rss_mib(), lag_bytes,
                       None if lag_seconds is None else round(lag_seconds, 3),
                       metrics.get("events"), metrics.get("reconnects"),
-                      self.load.transactions, self.fault)
+                      self.load.transactions, self.fault, metrics.get("python_blocks"),
+                      metrics.get("heap_in_use_mib"), metrics.get("heap_free_mib"))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -604,15 +615,16 @@ def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     return statistics.linear_regression([x / 3600 for x in xs], ys).slope
 
 
-def _slope_between_restarts(samples: list[Sample]) -> float | None:
-    """One least-squares slope (MiB per hour) fitted to every stretch between two restarts,
-    each stretch with its own level: the trend without the steps a restart makes."""
+def _slope_between_restarts(samples: list[Sample], field: str = "rss_mib") -> float | None:
+    """One least-squares slope (per hour) of ``field`` fitted to every stretch between two
+    restarts, each stretch with its own level: the trend without the steps a restart makes."""
     segments: list[list[tuple[float, float]]] = [[]]
     for sample in samples:
+        value = getattr(sample, field)
         if sample.fault is not None:
             segments.append([])
-        elif sample.rss_mib is not None:
-            segments[-1].append((sample.t / 3600, sample.rss_mib))
+        elif value is not None:
+            segments[-1].append((sample.t / 3600, value))
     sxx = sxy = 0.0
     for segment in segments:
         if len(segment) < 5:
@@ -622,6 +634,20 @@ def _slope_between_restarts(samples: list[Sample]) -> float | None:
         sxx += sum((x - mx) ** 2 for x, _ in segment)
         sxy += sum((x - mx) * (y - my) for x, y in segment)
     return sxy / sxx if sxx else None
+
+
+def _trend(samples: list[Sample], field: str, half: float) -> dict[str, float | None]:
+    """First, last and max of one of pgcdc's memory figures, its slope per hour over the
+    second half and between restarts."""
+    points = [(s.t, v) for s in samples if (v := getattr(s, field)) is not None]
+    if not points:
+        return {}
+    slope = _slope_per_hour([p for p in points if p[0] >= half])
+    between = _slope_between_restarts(samples, field)
+    return {"first": round(points[0][1], 2), "last": round(points[-1][1], 2),
+            "max": round(max(v for _, v in points), 2),
+            "second_half_slope_per_hour": None if slope is None else round(slope, 2),
+            "slope_between_restarts_per_hour": None if between is None else round(between, 2)}
 
 
 def _distribution(values: list[float], steady: list[float]) -> dict[str, float | None]:
@@ -678,6 +704,8 @@ def summarize(args: argparse.Namespace, samples: list[Sample], recoveries: list[
             "slope_between_restarts_mib_per_hour":
                 None if slope_between is None else round(slope_between, 2),
         },
+        "memory": {field: _trend(samples, field, half)
+                   for field in ("python_blocks", "heap_in_use_mib", "heap_free_mib")},
         "lag_bytes": _distribution(lag_b, [float(s.lag_bytes) for s in steady
                                            if s.lag_bytes is not None]),
         "lag_seconds": _distribution([s.lag_seconds for s in samples if s.lag_seconds is not None],

@@ -22,6 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
+from pgcdc import memory
 from snapshot_builder.builder import BuilderState
 
 if TYPE_CHECKING:
@@ -109,6 +110,16 @@ def render(pipeline: Pipeline) -> str:
                             "the slot.")
                     .add(p.heartbeats_sent, stage="sent")
                     .add(p.heartbeats_received, stage="received"))
+    heap = memory.stats()
+    families.append(_Family("pgcdc_memory_python_blocks", "gauge",
+                            "Memory blocks the Python allocator holds (a Python leak grows "
+                            "it).").add(heap["python_blocks"]))
+    if "heap_in_use_bytes" in heap:
+        families.append(_Family("pgcdc_memory_heap_bytes", "gauge",
+                                "malloc's heap (glibc mallinfo2): in use (a native leak grows "
+                                "it) and kept free by the allocator.")
+                        .add(heap["heap_in_use_bytes"], state="in_use")
+                        .add(heap["heap_free_bytes"], state="free"))
     families.append(_Family("pgcdc_streaming", "gauge",
                             "1 while a replication session is streaming.")
                     .add(1 if p.streaming else 0))

@@ -53,6 +53,7 @@ from pgcdc import failpoints
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.errors import PgcdcError, TerminalError
+from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
@@ -95,6 +96,7 @@ class PipelineConfig:
     max_lag_bytes: int | None = None
     on_lag: str = "warn"  # "warn" (log and count) or "stop" (raise LagLimitError)
     lag_interval: float = 5.0
+    memory_trim_interval: float = 60.0  # seconds between malloc_trim calls (pgcdc/memory.py)
     sample_lag: bool = False  # sample the lag even without a limit (for metrics)
     # seconds between heartbeats written into the WAL (pgcdc/acknowledgement.py); 0: off
     heartbeat_interval: float = 0.0
@@ -187,6 +189,7 @@ class Pipeline:
         self._catalog_published = -1  # every history entry goes to the sink once per run
         self._live: ReplicationConnection | None = None  # the session's stream
         self._last_ping = 0.0  # the last keepalive request of a silent connection
+        self._trimmer = Trimmer(config.memory_trim_interval)
         # the flush position and the status updates that carry it
         self._acks = Acknowledger(config, sink, self.progress, self._store, self._connection)
 
@@ -371,6 +374,7 @@ class Pipeline:
                 self.sink.poll(0)
                 self._send_status(stream)
                 now = time.monotonic()
+                self._trimmer.tick(now)
                 if on_progress is not None and now - last_report >= 1.0:
                     on_progress(self.progress)
                     last_report = now

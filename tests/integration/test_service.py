@@ -106,6 +106,9 @@ def test_metrics_and_health_of_a_running_pipeline(pg_conn: Conn, pg_dsn: str) ->
         assert m["pgcdc_catalog_generation"] == pipeline.builder.generation
         assert m["pgcdc_reconnects_total"] == 0
         assert m["pgcdc_streaming"] == 1
+        assert m["pgcdc_memory_python_blocks"] > 10_000
+        assert m['pgcdc_memory_heap_bytes{state="in_use"}'] > 2**20
+        assert m['pgcdc_memory_heap_bytes{state="free"}'] >= 0
         assert "# TYPE pgcdc_errors_total counter" in text
         assert pipeline.progress.by_table == {"public.t": 5, "public.u": 1}
         # stopped: no longer ready, still live
