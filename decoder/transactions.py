@@ -30,7 +30,14 @@ _ENTRY_OVERHEAD = 160
 
 
 def streamed_xid(payload: bytes) -> int:
-    """The (sub)transaction id a data message inside a streamed block starts with."""
+    """The (sub)transaction id a data message inside a streamed block starts with.
+
+    The Origin message that PostgreSQL sends in the first block of a transaction made
+    under a replication origin carries no xid: it belongs to the whole transaction, so it
+    gets 0 (InvalidTransactionId, never a subtransaction's) and no Stream Abort of a
+    subtransaction can drop it."""
+    if payload and payload[0] == 0x4F:  # "O"
+        return 0
     if len(payload) < 5:
         msg = "streamed message without its xid"
         raise DecodeError(msg, tag=chr(payload[0]) if payload else None, offset=len(payload))

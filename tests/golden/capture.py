@@ -73,6 +73,10 @@ WORKLOAD = [
     "SELECT pg_replication_origin_session_setup('upstream')",
     "BEGIN; SELECT pg_replication_origin_xact_setup('0/AB', now()); "
     "INSERT INTO t VALUES (60, 'from origin', 'ok', NULL); COMMIT",
+    # a streamed one: the Origin message (no xid) inside its first streamed block
+    "BEGIN; SELECT pg_replication_origin_xact_setup('0/CD', now()); "
+    "INSERT INTO t SELECT g, repeat('o', 100), 'ok', NULL FROM generate_series(11000, 13000) g; "
+    "COMMIT",
     "SELECT pg_replication_origin_session_reset()",
 ]
 

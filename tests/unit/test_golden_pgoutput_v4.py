@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from decoder import pgoutput as pg
+from decoder.transactions import streamed_xid
 from tests.pgoutput_encoder import encode
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "pgoutput_v4.txt"
@@ -94,8 +95,16 @@ def test_origin_any_sends_the_origin_transaction_and_none_leaves_it_out() -> Non
 
     with_origin = SECTIONS["any"].messages
     origins = [m for m in with_origin if isinstance(m, pg.Origin)]
-    assert [(o.name, o.origin_lsn) for o in origins] == [("upstream", 0xAB)]
+    assert [(o.name, o.origin_lsn) for o in origins] == [("upstream", 0xAB), ("upstream", 0)]
     assert origin_rows(with_origin) == ["60"]
+    # a streamed transaction under the origin: its Origin message sits in the first
+    # streamed block, without an xid, and is kept with the whole transaction
+    streamed = [(raw, pg.parse(raw, streaming=True)) for tag, inside, raw
+                in SECTIONS["any"].lines if tag == "O" and inside]
+    assert [m for _, m in streamed] == [pg.Origin(0, "upstream")]
+    assert streamed_xid(streamed[0][0]) == 0
+    # 0 whatever LSN it names (its first four bytes are not an xid)
+    assert streamed_xid(encode(pg.Origin(0x2EB_0000_00AB, "upstream"), streaming=True)) == 0
     without = SECTIONS["none"].messages
     assert not [m for m in without if isinstance(m, pg.Origin)]
     assert origin_rows(without) == []
