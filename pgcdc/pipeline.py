@@ -106,7 +106,7 @@ class PipelineConfig:
     # pgoutput's origin option (PostgreSQL 16+): "any" (the server's default) or "none"
     origin: str | None = None
     # pgoutput's binary option (PostgreSQL 14+): "auto", "on" or "off" (decoder/transfer.py)
-    binary: str = "auto"
+    binary: str = "off"
 
 
 @dataclass

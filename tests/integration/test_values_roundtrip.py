@@ -553,7 +553,7 @@ def test_binary_value_of_a_type_without_a_decoder_stops_with_the_fix(
     stream stops at its first value with an error naming the type and the setting."""
     pg_conn.execute("CREATE TABLE grows (id int PRIMARY KEY, n numeric)")
     sink = RecordingSink()
-    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.grows"]), sink)  # auto
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.grows"], binary="auto"), sink)
     pipeline.prepare()
     assert pipeline.binary is True
     pg_conn.execute("INSERT INTO grows VALUES (1, 1.50)")
