@@ -76,6 +76,8 @@ class Measure:
     seconds: float
     cpu: float  # user + system seconds of this process and its waited-for children
     worker_rss: int = 0  # the largest worker's peak RSS, KiB (0: no worker processes)
+    servers: tuple[float, float] = (0.0, 0.0)  # CPU s of PostgreSQL and Kafka (throwaway ones)
+    machine: float = 0.0  # CPU s the whole machine was busy (every process, every core)
 
     @property
     def rate(self) -> float:
@@ -88,11 +90,38 @@ def _cpu() -> float:
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+def _process_cpu(pid: int | None) -> float:
+    """User + system CPU s of a process, its threads and its children that ended (for the
+    postmaster: every backend that came and went), from /proc; 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu() -> float:
+    """CPU s the machine has been busy since boot (all cores, /proc/stat: not idle, iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+_SERVERS: list[int | None] = [None, None]  # pids of the throwaway PostgreSQL and Kafka
+
+
+def _servers_cpu() -> tuple[float, float]:
+    return _process_cpu(_SERVERS[0]), _process_cpu(_SERVERS[1])
+
+
 def _timed(name: str, rows: int, work: Callable[[], object]) -> Measure:
-    cpu, start = _cpu(), time.perf_counter()
+    cpu, servers, machine, start = _cpu(), _servers_cpu(), _machine_cpu(), time.perf_counter()
     result = work()
-    measure = Measure(name, rows, time.perf_counter() - start, _cpu() - cpu,
-                      result if isinstance(result, int) else 0)
+    seconds = time.perf_counter() - start
+    after = _servers_cpu()
+    measure = Measure(name, rows, seconds, _cpu() - cpu, result if isinstance(result, int) else 0,
+                      (after[0] - servers[0], after[1] - servers[1]), _machine_cpu() - machine)
     log.info("%s: %d rows in %.2f s (%.0f rows/s)", name, rows, measure.seconds, measure.rate)
     return measure
 
@@ -198,10 +227,12 @@ def main() -> None:
         if dsn is None:
             server = PostgresServer(settings={"shared_buffers": "512MB"}).start()
             dsn = server.dsn()
+            _SERVERS[0] = int((server.datadir / "postmaster.pid").read_text().split()[0])
         servers = args.bootstrap_servers
         if servers is None and "d" in only:
             broker = KafkaBroker().start()
             servers = broker.bootstrap_servers
+            _SERVERS[1] = broker._proc.pid if broker._proc is not None else None  # noqa: SLF001
         rows = create_tables(dsn, args.rows)
         total = sum(rows.values())
         copy_sequential(dsn)  # warm the cache: every measurement reads from memory
@@ -242,13 +273,18 @@ def report(results: dict[str, Measure], args: Any, total: int) -> None:
           f"{args.chunk_pages} pages per chunk, {os.cpu_count()} CPUs, "
           f"{platform.python_implementation()} {platform.python_version()}, "
           f"load average {load[0]:.1f}")
-    print("| measurement | rows/s | x (a) | seconds | CPU s (pgcdc) | peak RSS of a worker |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| measurement | rows/s | x (a) | seconds | CPU s: pgcdc / PostgreSQL / Kafka / "
+          "rest of the machine | CPU us per row (pgcdc + servers) | peak RSS of a worker |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     ceiling = results["a"].rate if "a" in results else 0.0
     for m in results.values():
         ratio = f"{m.rate / ceiling:.3f}" if ceiling else "-"
         rss = f"{m.worker_rss / 1024:.0f} MiB" if m.worker_rss else "-"
-        print(f"| {m.name} | {m.rate:,.0f} | {ratio} | {m.seconds:.2f} | {m.cpu:.2f} | {rss} |")
+        pg, kafka = m.servers
+        rest = max(0.0, m.machine - m.cpu - pg - kafka)
+        per_row = (m.cpu + pg + kafka) / m.rows * 1e6
+        print(f"| {m.name} | {m.rate:,.0f} | {ratio} | {m.seconds:.2f} | {m.cpu:.2f} / {pg:.2f} "
+              f"/ {kafka:.2f} / {rest:.2f} | {per_row:.1f} | {rss} |")
     self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS of this process (coordinator, sinks of (c)/(d) with --workers 0): "
           f"{self_rss:.0f} MiB")

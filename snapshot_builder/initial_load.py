@@ -7,20 +7,24 @@ Generation 0 (the slot does not exist yet):
 2. a coordinator connection imports the snapshot (``BEGIN ISOLATION LEVEL
    REPEATABLE READ; SET TRANSACTION SNAPSHOT``) and reads the catalog baseline:
    every published table's version, storage and size, and the custom types;
-3. ``readers`` connections import it too and lock every table to load in ACCESS
-   SHARE mode; then the replication connection closes (the export lives only while
-   it is open and idle);
+3. the readers import it too and lock every table to load in ACCESS SHARE mode:
+   ``workers`` processes (snapshot_builder/load_worker.py), each with one
+   connection and its own sink, or with ``workers=0`` ``readers`` connections read
+   by threads of this process; only once every one of them imported the snapshot
+   the replication connection closes (the export lives only while it is open);
 4. a fresh connection checks that no table was altered, rewritten or renamed
    between the snapshot and the locks (else :class:`SnapshotChangedError`; run
    again and the load resumes);
-5. every table version is published, and reader threads COPY page ranges
-   (``ctid``) of the tables in text format, decoded by the stream's own decoders
-   (:class:`~decoder.change.RowDecoder` over the same
-   :class:`~decoder.values.TypeRegistry`, with the replication session's settings;
-   see snapshot_builder/chunk_reader.py), into a bounded queue; the calling
-   thread writes them to the sink;
-6. after each chunk, the sink is made durable (``end_transaction`` with the load
-   LSN, ``flush``, ``in_flight() == 0``) and only then the chunk is recorded done.
+5. every table version is published, and the readers COPY page ranges (``ctid``)
+   of the tables in text format, decoded by the stream's own decoders
+   (:class:`~decoder.change.RowDecoder` over a
+   :class:`~decoder.values.TypeRegistry` read under the snapshot, with the
+   replication session's settings; see snapshot_builder/chunk_reader.py); a worker
+   writes its events to its own sink, reader threads hand theirs through a bounded
+   queue to the calling thread, which writes them to the sink given;
+6. after each chunk, the sink that wrote it is made durable (``end_transaction``
+   with the load LSN, ``flush``, ``in_flight() == 0``) and only then this process
+   records the chunk done.
 
 Read events: op ``r``, ``before`` None, ``commit_lsn`` and ``lsn`` the consistent
 point minus one (:attr:`LoadState.load_lsn`: a transaction committing exactly at
@@ -70,7 +74,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -121,16 +126,7 @@ from snapshot_builder.load_state import (
     max_chunk_pages,
     plan_chunks,
 )
-from snapshot_builder.load_worker import (
-    Done,
-    Exited,
-    Rows,
-    SinkFactory,
-    WorkerDiedError,
-    WorkerFailed,
-    WorkerPool,
-    WorkerSetup,
-)
+from snapshot_builder.load_worker import SinkFactory, WorkerPool, WorkerSetup
 from snapshot_builder.published import PublishedTable, block_size, fetch_published_tables
 
 log = logging.getLogger(__name__)
@@ -561,12 +557,9 @@ class InitialLoad:
             raise error
 
     def _write(self, batch: Batch) -> None:
-        progress = self.progress.tables[batch.task.table.oid]
-        if progress.started is None:
-            progress.started = time.monotonic()
         for event in batch.events:
             self.sink.write(event)
-        progress.rows += len(batch.events)
+        self._count(batch.task, len(batch.events))
 
     def _checkpoint(self, state: LoadState) -> None:
         """Sink durable -> chunk recorded done (the state file); never an LSN to PostgreSQL."""
@@ -600,48 +593,31 @@ class InitialLoad:
     def _read_in_workers(self, state: LoadState, pool: WorkerPool, tasks: list[ChunkTask],
                          stop: threading.Event,
                          on_progress: Callable[[LoadProgress], None] | None) -> None:
-        """Worker processes read and write; this process records what they made durable.
-
-        A worker reports a chunk :class:`Done` only once its own sink made it durable, so
-        recording it here keeps the order sink durable -> chunk recorded.  After an error
-        the other workers are halted, and the chunks they still report done are recorded
-        before the error is raised: they are durable.
-        """
-        pool.submit([replace(t, decoder=None) for t in tasks])  # a worker builds its own
-        error: BaseException | None = None
+        """Worker processes read and write; this process records what they made durable
+        (a worker reports a chunk done only once its own sink made it durable)."""
         last_report = time.monotonic()
-        while pool.running:
-            if stop.is_set():
-                pool.halt.set()
-            try:
-                for message in pool.messages(0.2):
-                    if isinstance(message, Rows):
-                        progress = self.progress.tables[tasks[message.task].table.oid]
-                        if progress.started is None:
-                            progress.started = time.monotonic()
-                        progress.rows += message.rows
-                    elif isinstance(message, Done):
-                        self._record_done(state, tasks[message.task], message.rows)
-                    elif isinstance(message, Exited):
-                        self.progress.worker_rss.append(message.peak_rss)
-                    elif isinstance(message, WorkerFailed):
-                        error = error or message.error
-                        pool.halt.set()
-            except WorkerDiedError as exc:
-                error = error or exc
-                pool.halt.set()
+
+        def tick() -> None:
+            nonlocal last_report
             now = time.monotonic()
             if on_progress is not None and now - last_report >= self.config.progress_interval:
                 on_progress(self.progress)
                 last_report = now
-        if error is not None:
-            if isinstance(error, psycopg.errors.LockNotAvailable):
-                raise _lock_error(error) from error
-            raise error
 
+        try:
+            pool.run(tasks, stop, on_rows=self._count, on_done=partial(self._record_done, state),
+                     on_tick=tick)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise _lock_error(exc) from exc
+        finally:
+            self.progress.worker_rss = list(pool.peak_rss)
 
-
-
+    def _count(self, task: ChunkTask, rows: int) -> None:
+        """Rows handed to a sink (not yet durable), for the progress report."""
+        progress = self.progress.tables[task.table.oid]
+        if progress.started is None:
+            progress.started = time.monotonic()
+        progress.rows += rows
 
 
 def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:

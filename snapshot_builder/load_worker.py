@@ -37,9 +37,10 @@ import pickle
 import queue
 import resource
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing.context import SpawnProcess
 from typing import Any
@@ -263,6 +264,7 @@ class WorkerPool:
                             args=(i, setup, self.tasks, self.results, self.halt, self.catalog))
             for i in range(count)]
         self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
+        self.peak_rss: list[int] = []  # KiB, of each worker that exited normally
 
     def start(self) -> WorkerPool:
         for process in self.processes:
@@ -285,11 +287,44 @@ class WorkerPool:
                 raise WorkerDiedError(msg)
 
     def submit(self, tasks: list[ChunkTask]) -> None:
-        """Every task, then one end mark per worker."""
+        """Every task (without its decoder: a worker builds its own), then one end mark per
+        worker."""
         for number, task in enumerate(tasks):
-            self.tasks.put((number, task))
+            self.tasks.put((number, replace(task, decoder=None)))
         for _ in self.processes:
             self.tasks.put(None)
+
+    def run(self, tasks: list[ChunkTask], stop: threading.Event, *,
+            on_rows: Callable[[ChunkTask, int], None], on_done: Callable[[ChunkTask, int], None],
+            on_tick: Callable[[], None]) -> None:
+        """Every task through the workers, until each one ended; then the first error.
+
+        ``on_done(task, rows)`` for each chunk a worker made durable, also after an error
+        (the other workers are halted; what they still report done is durable);
+        ``on_rows`` as rows are written; ``on_tick`` about five times a second.
+        """
+        self.submit(tasks)
+        error: BaseException | None = None
+        while self.running:
+            if stop.is_set():
+                self.halt.set()
+            try:
+                for message in self.messages(0.2):
+                    if isinstance(message, Rows):
+                        on_rows(tasks[message.task], message.rows)
+                    elif isinstance(message, Done):
+                        on_done(tasks[message.task], message.rows)
+                    elif isinstance(message, Exited):
+                        self.peak_rss.append(message.peak_rss)
+                    elif isinstance(message, WorkerFailed):
+                        error = error or message.error
+                        self.halt.set()
+            except WorkerDiedError as exc:
+                error = error or exc
+                self.halt.set()
+            on_tick()
+        if error is not None:
+            raise error
 
     @property
     def running(self) -> bool:
