@@ -50,7 +50,7 @@ import psycopg
 from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc.errors import TransientError
+from pgcdc.errors import TerminalError, TransientError
 from sinks.sink import Sink
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.chunk_reader import (
@@ -75,6 +75,10 @@ class WorkerDiedError(TransientError):
 
 class WorkerError(TransientError):
     """A worker's exception that could not travel to the parent as itself."""
+
+
+class TerminalWorkerError(TerminalError):
+    """A worker's terminal exception that could not travel to the parent as itself."""
 
 
 class NotDurableError(TransientError):
@@ -244,7 +248,8 @@ def _portable(exc: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(exc))  # noqa: S301 - our own bytes, just made
     except Exception:
-        return WorkerError(f"{type(exc).__name__}: {exc}")
+        kind = TerminalWorkerError if isinstance(exc, TerminalError) else WorkerError
+        return kind(f"{type(exc).__name__}: {exc}")
     return exc
 
 

@@ -56,3 +56,21 @@ def test_a_halt_stops_the_next_batch() -> None:
     halt.set()
     with pytest.raises(Halted):
         reader.decoder_for(TABLE)
+
+
+def test_an_error_that_does_not_pickle_keeps_its_text_and_its_kind() -> None:
+    from pgcdc.errors import TerminalError, TransientError
+    from sinks.kafka import KafkaUnreachableError
+    from snapshot_builder.load_worker import _portable
+
+    class Odd(TerminalError):
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__(f"{a} and {b}")
+
+    unreachable = _portable(KafkaUnreachableError("k:9092", "timed out"))
+    assert isinstance(unreachable, TransientError)
+    assert "cannot reach Kafka at k:9092: timed out" in str(unreachable)
+    odd = _portable(Odd(1, 2))
+    assert isinstance(odd, TerminalError) and str(odd) == "Odd: 1 and 2"
+    plain = ValueError("x")
+    assert _portable(plain) is plain
