@@ -205,6 +205,55 @@ def initial_load(dsn: str, factory: Callable[[], Sink], slot: str, state: Path, 
     return max(summary.progress.worker_rss, default=0)
 
 
+def stages(dsn: str, sink: Sink) -> list[tuple[str, float]]:
+    """Where a worker's time goes, one thread, one table after the other: CPU us per row of
+    (1) COPY rows as psycopg gives them, (2) + rows built and read events made, (3) + the
+    events written to ``sink`` and flushed (librdkafka's threads included: process CPU)."""
+    from decoder.change import READ, ChangeEvent, RowDecoder
+    from decoder.replication import SESSION_OPTIONS
+    from decoder.types import load_types
+    from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+    from snapshot_builder.chunk_reader import ChunkTask, copy_query, row_builder
+    from snapshot_builder.load_state import ChunkState
+    from snapshot_builder.published import fetch_published_tables
+
+    with psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
+        catalog = fetch_published_tables(conn, "bench", captured=False)
+        registry = TypeRegistry()
+        load_types(conn, {c.type_oid for t in catalog.values() for c in t.table.columns
+                          if c.type_oid >= FIRST_NORMAL_OID}, registry)
+        tasks = []
+        for published in catalog.values():
+            sink.publish_table(published.table, 1)
+            tasks.append(ChunkTask(published, RowDecoder(published.table, registry.decoder_for),
+                                   0, ChunkState(0, None), None))
+
+        def run(level: int) -> int:
+            rows = 0
+            for task in tasks:
+                assert task.decoder is not None
+                table, build = task.table.table, row_builder(task.decoder)
+                with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+                    for raw in copy.rows():
+                        if level >= 2:
+                            event = ChangeEvent(READ, table, None, build(raw), (), 1, 1, rows, 0,
+                                                0)
+                            if level >= 3:
+                                sink.write(event)
+                        rows += 1
+            sink.end_transaction(1)
+            sink.flush(120)
+            return rows
+
+        out = []
+        for level, name in ((1, "COPY rows (psycopg)"), (2, "+ rows built, read events made"),
+                            (3, f"+ written to {type(sink).__name__} and flushed")):
+            cpu = time.process_time()
+            rows = run(level)
+            out.append((name, (time.process_time() - cpu) / rows * 1e6))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -217,6 +266,8 @@ def main() -> None:
     parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
     parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: a throwaway one)")
     parser.add_argument("--only", default="a,b,c,d", help="which measurements, e.g. a,d")
+    parser.add_argument("--stages", action="store_true",
+                        help="also: one thread's CPU per row by stage, into Kafka")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     only = set(args.only.split(","))
@@ -259,6 +310,12 @@ def main() -> None:
                                                        work / "kafka.json", args.readers,
                                                        args.chunk_pages, args.workers))
         report(results, args, total)
+        if args.stages and servers is not None:
+            kafka = KafkaSink(servers, topic_prefix="bench_stages", value_format=args.format)
+            print("\none thread, CPU us per row (this process, librdkafka's threads included):")
+            for name, cost in stages(dsn, kafka):
+                print(f"  {name}: {cost:.2f}")
+            kafka.close()
     finally:
         if broker is not None:
             broker.cleanup()
