@@ -12,3 +12,15 @@ def decode_row(buf: bytes, pos: int,
 def avro_row(out: bytearray, row: dict[str, Any],
              fields: tuple[tuple[str, int, Callable[[bytearray, Any], None]], ...], /) -> None: ...
 def avro_long(out: bytearray, value: int, /) -> None: ...
+
+class BinaryDecoder:
+    """A binary value of a common type read in C; `fallback` (decoder/binary.py) serves
+    every value C cannot read exactly."""
+
+    kind: str
+    element: str | None
+    element_oid: int
+    fallback: Callable[[bytes], Any]
+    def __init__(self, kind: str, fallback: Callable[[bytes], Any], element: str | None = None,
+                 element_oid: int = 0) -> None: ...
+    def __call__(self, raw: bytes, /) -> Any: ...

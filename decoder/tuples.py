@@ -133,3 +133,8 @@ tuple_data: Final[Callable[[bytes, int, object], tuple[tuple[Any, ...], int]]] =
     _fast.tuple_data if _fast else py_tuple_data)
 decode_row: Final[Callable[[bytes, int, Columns], tuple[Row, tuple[str, ...], int]]] = (
     _fast.decode_row if _fast else py_decode_row)
+CompiledBinaryDecoder: Final[Callable[..., Callable[[bytes], Any]] | None] = (
+    _fast.BinaryDecoder if _fast else None)
+"""``decoder._fastrow.BinaryDecoder(kind, fallback, element=None, element_oid=0)``: a
+binary value of a common type read in C (decoder/binary.py makes one per column whose
+type it reads), or None when the compiled loop is not loaded."""
