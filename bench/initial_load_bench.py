@@ -21,7 +21,8 @@ Then, in the same run, one after the other:
 
 (c) and (d) run with ``--workers`` worker processes (default: the number of
 CPUs; each one connection and its own sink), or with ``--workers 0`` as reader
-threads in this process (``--readers`` connections) writing to one sink.
+threads in this process (``--readers`` connections) writing to one sink;
+(e) is (d) again with reader threads, for a comparison in the same conditions.
 
 Each load creates its own slot with an exported snapshot.  Rates are rows per
 second of wall time, worker start-up included.  CPU is this process's and its
@@ -265,7 +266,7 @@ def main() -> None:
     parser.add_argument("--format", choices=["avro", "json"], default="avro")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
     parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: a throwaway one)")
-    parser.add_argument("--only", default="a,b,c,d", help="which measurements, e.g. a,d")
+    parser.add_argument("--only", default="a,b,c,d,e", help="which measurements, e.g. a,d")
     parser.add_argument("--stages", action="store_true",
                         help="also: one thread's CPU per row by stage, into Kafka")
     args = parser.parse_args()
@@ -280,7 +281,7 @@ def main() -> None:
             dsn = server.dsn()
             _SERVERS[0] = int((server.datadir / "postmaster.pid").read_text().split()[0])
         servers = args.bootstrap_servers
-        if servers is None and "d" in only:
+        if servers is None and only & {"d", "e"}:
             broker = KafkaBroker().start()
             servers = broker.bootstrap_servers
             _SERVERS[1] = broker._proc.pid if broker._proc is not None else None  # noqa: SLF001
@@ -309,6 +310,15 @@ def main() -> None:
                                   lambda: initial_load(dsn, factory, "bench_kafka",
                                                        work / "kafka.json", args.readers,
                                                        args.chunk_pages, args.workers))
+        if "e" in only and args.workers:
+            assert servers is not None
+            factory = functools.partial(KafkaSink, servers, topic_prefix="bench_threads",
+                                        value_format=args.format)
+            results["e"] = _timed(f"(e) initial load into Kafka ({args.format}), "
+                                  f"{args.readers} reader threads", total,
+                                  lambda: initial_load(dsn, factory, "bench_threads",
+                                                       work / "threads.json", args.readers,
+                                                       args.chunk_pages, 0))
         report(results, args, total)
         if args.stages and servers is not None:
             kafka = KafkaSink(servers, topic_prefix="bench_stages", value_format=args.format)
