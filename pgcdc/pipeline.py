@@ -28,7 +28,6 @@ from pathlib import Path
 import psycopg
 
 from decoder import pgoutput as pg
-from decoder.binary import BinaryDecoders
 from decoder.change import (
     TRUNCATE,
     ChangeEvent,
@@ -47,14 +46,13 @@ from decoder.slot import (
 )
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.transfer import choose_binary
-from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.errors import PgcdcError, TerminalError
 from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
+from pgcdc.row_decoders import RowDecoders
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder import ddl
@@ -175,14 +173,12 @@ class Pipeline:
         self.pending = PendingTransactions(memory_limit=config.spill_memory,
                                            directory=config.spill_directory)
         # the table version and row decoder the next change of each table uses
-        self._decoders: dict[int, tuple[TableVersion, RowDecoder]] = {}
+        self._decoders = RowDecoders(lambda: self.builder, self._connection)
         self._txn: _OpenTransaction | None = None
         self._stream: Spill | None = None  # inside a Stream Start .. Stream Stop block
         self._preparing: Spill | None = None  # between Begin Prepare and Prepare
         self._two_phase = False
         self._store = ProgressStore(config.progress_file) if config.progress_file else None
-        self._types = TypeRegistry()
-        self._binary = BinaryDecoders(self._types)
         self._binary_on = False  # chosen by prepare() from config.binary
         self._catalog_conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._attach_xmax = 0
@@ -213,7 +209,8 @@ class Pipeline:
             self._check_catalog_folder(existed)
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
             self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
-            self._binary_on = choose_binary(cfg.binary, conn, cfg.publication, self._binary)
+            self._binary_on = choose_binary(cfg.binary, conn, cfg.publication,
+                                            self._decoders.binary)
         self._two_phase = info.two_phase
         # Crash recovery restores a slot as its last checkpoint saved it, so the slot may
         # be behind what pgcdc stored (never ahead: check_against_slot); streaming starts
@@ -359,6 +356,7 @@ class Pipeline:
                 batch = stream.read_batch(timeout=0.1)
                 if batch:
                     heard = time.monotonic()
+                    self._decoders.check()  # the catalog generation, once per batch
                 else:
                     self._check_silence(stream, heard)
                 for message in batch:
@@ -551,15 +549,13 @@ class Pipeline:
 
     def _describe(self, table: TableVersion, lsn: int) -> None:
         """From here on, changes of this table decode with this version."""
-        current = self._decoders.get(table.oid)
-        if current is None or current[0].version != table.version:
+        if self._decoders.describe(table):
             self.sink.publish_table(table, lsn)
-            self._decoders[table.oid] = (table, RowDecoder(table, self._type_lookup(table),
-                                                           self._binary.decoder_for))
 
     def _on_ddl(self, message: pg.LogicalMessage, lsn: int) -> None:
         """Captured DDL: the open transaction's next changes use the new definition."""
         changed = self.builder.on_ddl(message.content)
+        self._decoders.check()  # its own DDL: at the change that made it
         if changed is None:
             return
         if changed.oid in self._decoders:  # a published table the stream already uses
@@ -576,16 +572,6 @@ class Pipeline:
         self.sink.end_transaction(end_lsn)
         self._txn = None
         self.progress.transactions += 1
-
-    def _type_lookup(self, table: TableVersion) -> Callable[[int], Callable[[str], object]]:
-        """Decoders for the table's column types; custom types (enums, domains, composites,
-        arrays and ranges of them) are read from the catalog once."""
-        custom = [c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID]
-        if custom:
-            if self._catalog_conn is None or self._catalog_conn.closed:
-                self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
-            load_types(self._catalog_conn, custom, self._types)
-        return self._types.decoder_for
 
     def _table(self, oid: int) -> TableVersion:
         return self._current(oid)[0]

@@ -124,6 +124,9 @@ class SnapshotBuilder:
         self._overlay: dict[int, TableVersion | None] = {}
         self._type_overlay: dict[int, TypeVersion | None] = {}
         self._pending: list[Change] = []
+        # counts the open transactions' catalog changes and their rollbacks: with the
+        # generation, what a cache of derived objects checks (pgcdc/row_decoders.py)
+        self.changes_in_transaction = 0
         self._view: Catalog | None = None  # set while replaying below the latest version
         self._last_compaction = float("-inf")
 
@@ -328,6 +331,7 @@ class SnapshotBuilder:
         definition (None for a dropped table and for type changes)."""
         change = parse_message(content, self.publication)
         current = self.catalog
+        self.changes_in_transaction += 1
         if isinstance(change, PutTable):
             self._overlay[change.table.oid] = change.table
             self._pending.append(change)
@@ -397,6 +401,7 @@ class SnapshotBuilder:
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
         if self._pending or self._overlay or self._type_overlay:
+            self.changes_in_transaction += 1
             self._pending.clear()
             self._overlay.clear()
             self._type_overlay.clear()

@@ -134,6 +134,29 @@ def test_a_column_dropped_and_added_again_is_a_new_version(pg_conn: Conn, pg_dsn
     assert [c.attnum for c in after.columns] == [1, 3]
 
 
+def test_a_composite_type_changed_while_streaming(pg_conn: Conn, pg_dsn: str) -> None:
+    """A column type's change leaves the table's version as it was, so only the catalog
+    generation tells the row decoders to rebuild (seed 000): a committed change before
+    the next batch, the open transaction's own at the change that made it."""
+    pg_conn.execute("CREATE TYPE pair AS (a int, b text)")
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, p pair)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"])
+    pg_conn.execute("INSERT INTO t VALUES (1, ROW(1, 'x'))")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    pg_conn.execute("ALTER TYPE pair ADD ATTRIBUTE c bool")
+    pg_conn.execute("INSERT INTO t VALUES (2, ROW(2, 'y', true))")
+    with pg_conn.transaction():
+        pg_conn.execute("ALTER TYPE pair RENAME ATTRIBUTE b TO label")
+        pg_conn.execute("INSERT INTO t VALUES (3, ROW(3, 'z', false))")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.after for e in sink.events] == [
+        {"id": 1, "p": {"a": 1, "b": "x"}},
+        {"id": 2, "p": {"a": 2, "b": "y", "c": True}},
+        {"id": 3, "p": {"a": 3, "label": "z", "c": False}}]
+    assert pipeline._decoders.rebuilds >= 2
+
+
 def test_enum_value_added(pg_conn: Conn, pg_dsn: str) -> None:
     pg_conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, m mood)")
