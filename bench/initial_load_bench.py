@@ -92,15 +92,21 @@ def _cpu() -> float:
 
 
 def _process_cpu(pid: int | None) -> float:
-    """User + system CPU s of a process, its threads and its children that ended (for the
-    postmaster: every backend that came and went), from /proc; 0 when unknown."""
+    """User + system CPU s of a process, its threads, its children that ended and those still
+    running (for the postmaster: every backend, whether reaped yet or not), from /proc."""
     if pid is None:
         return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile: its time moves to the parent's children fields
+            continue
+        if entry.name == str(pid) or fields[1] == str(pid):
+            ticks += sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _machine_cpu() -> float:
