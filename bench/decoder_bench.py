@@ -181,6 +181,10 @@ class Result:
     reconnects: int = 0  # of the replication connection, during the measurement
     resent: int = 0  # events received twice because of a reconnect
     profiled: bool = False
+    # (b), (c): CPU seconds of the consumer's threads by kind (main: the Python loop,
+    # librdkafka: its rdk:* threads); (c): of the Kafka broker's process
+    thread_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    broker_cpu_seconds: float | None = None
 
     @property
     def rate(self) -> float:
@@ -276,6 +280,62 @@ def busy_cpu_seconds() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(stat: str, ticks: int) -> float:
+    """user + system seconds from a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat line."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def thread_cpu_seconds() -> dict[str, float]:
+    """This process's CPU seconds by kind of thread: ``main`` (the Python loop; the only
+    thread Python runs here), ``librdkafka`` (``rdk:*``, the Kafka client's own threads) and
+    ``other`` (e.g. psycopg's, the hang guard)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {"main": 0.0, "librdkafka": 0.0, "other": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            cpu = _cpu_of(Path(f"/proc/self/task/{tid}/stat").read_text(), ticks)
+        except OSError:
+            continue  # ended meanwhile
+        kind = ("main" if int(tid) == os.getpid()
+                else "librdkafka" if name.startswith("rdk:") else "other")
+        out[kind] += cpu
+    return out
+
+
+class ProcessCpu:
+    """CPU seconds a process (found by a string in its command line) spent meanwhile: the
+    Kafka broker in (c), which competes with the walsender and pgcdc for the cores."""
+
+    def __init__(self, marker: str) -> None:
+        self._pid = next((int(e) for e in os.listdir("/proc") if e.isdigit()
+                          and marker.encode() in _cmdline(e)), None)
+        self._start = self._now()
+        self.seconds: float | None = None
+
+    def _now(self) -> float | None:
+        if self._pid is None:
+            return None
+        try:
+            return _cpu_of(Path(f"/proc/{self._pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+        except OSError:
+            return None
+
+    def stop(self) -> float | None:
+        end = self._now()
+        if end is not None and self._start is not None:
+            self.seconds = end - self._start
+        return self.seconds
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 class WalsenderCpu:
@@ -409,7 +469,8 @@ def peak_rss_kb(pid: int | str = "self") -> int | None:
 
 def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Workload, *,
                   protocol: str, bootstrap_servers: str | None, kafka_format: str | None,
-                  profile: str | None, profiler: str, timeout: float) -> Result:
+                  profile: str | None, profiler: str, timeout: float,
+                  broker_marker: str | None = None) -> Result:
     argv = [sys.executable, "-m", "bench.decoder_bench", "--worker", key, "--dsn", server.dsn(),
             "--slot", SLOTS[key], "--until", format_lsn(setup.end_lsn), "--protocol", protocol,
             "--expect-events", str(workload.events), "--timeout", str(timeout)]
@@ -420,8 +481,10 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
     if profile:
         argv += ["--profile", profile, "--profiler", profiler]
     log.info("(%s) %s", key, " ".join(argv))
+    broker = ProcessCpu(broker_marker) if key == "c" and broker_marker else None
     with WalsenderCpu(server) as walsender:
         done = subprocess.run(argv, cwd=REPO, stdout=subprocess.PIPE, text=True, check=False)
+    broker_seconds = broker.stop() if broker is not None else None
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         msg = f"worker ({key}) failed with exit status {done.returncode}: {done.stdout[-2000:]}"
@@ -433,7 +496,9 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
                   report["first_event_seconds"],
                   value_format=report.get("value_format"),
                   resent=report["events"] - workload.events,
-                  reconnects=report.get("reconnects", 0), profiled=bool(profile))
+                  reconnects=report.get("reconnects", 0), profiled=bool(profile),
+                  thread_cpu_seconds=report.get("thread_cpu_seconds", {}),
+                  broker_cpu_seconds=broker_seconds)
 
 
 # --- the worker (one child process per pgcdc measurement) -----------------------------------
@@ -486,6 +551,7 @@ def run_worker(args: argparse.Namespace) -> int:
             profiler.stop()
     seconds = time.perf_counter() - began
     guard.cancel()
+    threads = thread_cpu_seconds()  # before close() ends librdkafka's threads
     sink.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     if profiler is not None:
@@ -496,6 +562,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "transactions": progress.transactions,
         "durable_lsn": format_lsn(progress.durable_lsn),
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "thread_cpu_seconds": threads,
         "peak_rss_mb": (peak_rss_kb() or usage.ru_maxrss) / 1024,
         "first_event_seconds": first_event.get("seconds"),
         "value_format": value_format,
@@ -673,7 +740,22 @@ def text_table(results: list[Result]) -> str:
             if r.reconnects:
                 first += f"; {r.reconnects} reconnect(s), {r.resent:,} events resent"
             out.append(f"{label(r)}: throughput {speed}; peak RSS {rss}{first}")
+    out.extend(cpu_breakdown(r) for r in results if r.thread_cpu_seconds)
     return "\n".join(out)
+
+
+def cpu_breakdown(r: Result) -> str:
+    """Where a pgcdc measurement's CPU went: the Python thread, librdkafka's, the broker."""
+    threads = r.thread_cpu_seconds
+    per_event = 1e6 / r.events if r.events else 0.0
+    text = (f"{label(r)}: CPU main thread {threads.get('main', 0.0):.1f} s "
+            f"({threads.get('main', 0.0) * per_event:.1f} us/event), librdkafka threads "
+            f"{threads.get('librdkafka', 0.0):.1f} s, other threads "
+            f"{threads.get('other', 0.0):.1f} s")
+    if r.broker_cpu_seconds is not None:
+        text += (f"; Kafka broker {r.broker_cpu_seconds:.1f} s "
+                 f"({r.broker_cpu_seconds * per_event:.1f} us/event)")
+    return text
 
 
 def markdown(results: list[Result], workload: Workload, setup: Setup,
@@ -700,6 +782,10 @@ def markdown(results: list[Result], workload: Workload, setup: Setup,
             f"{r.rate:,.0f} | {'–' if rel is None else f'{rel:.2f}'} | {r.cpu_seconds:.1f} | "
             f"{r.walsender_cpu_seconds:.1f} | {r.other_cpu_seconds:.1f} | {r.peak_rss_mb:.0f} MiB "
             f"| {speed} | {rss} |")
+    breakdown = [cpu_breakdown(r) for r in results if r.thread_cpu_seconds]
+    if breakdown:
+        lines.append("")
+        lines.extend(f"* {line}" for line in breakdown)
     for r in results:
         if r.reconnects:
             lines.append(f"\n{label(r)}: the replication connection was lost {r.reconnects} "
@@ -773,11 +859,13 @@ def main(argv: list[str] | None = None) -> int:
             row = conn.execute("SHOW server_version").fetchone()
             info["postgresql"] = str(row[0]) if row else "?"
             server_version = conn.info.server_version
-        bootstrap = None
+        bootstrap = broker_marker = None
         if "c" in args.keys:
             from pgcdc.services.kafka import KAFKA_VERSION, KafkaBroker
 
-            bootstrap = stack.enter_context(KafkaBroker()).bootstrap_servers
+            broker = stack.enter_context(KafkaBroker())
+            bootstrap = broker.bootstrap_servers
+            broker_marker = str(broker.base)  # in the broker's command line (its config)
             info["kafka"] = KAFKA_VERSION
         setup = prepare_and_load(server.dsn(), args.keys, workload)
         setup.options = consumer_options(args.protocol, server_version)
@@ -792,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
                     key, server, setup, workload, protocol=args.protocol,
                     bootstrap_servers=bootstrap, kafka_format=args.kafka_format,
                     profile=args.profile if key == profiled else None, profiler=args.profiler,
-                    timeout=args.timeout)
+                    timeout=args.timeout, broker_marker=broker_marker)
             result.decoded_mb, result.spilled_mb, result.streamed_mb = slot_stats(
                 server.dsn(), SLOTS[key])
             log.info("%s: %.2f s, %s rows/s, peak RSS %.0f MiB", label(result), result.seconds,

@@ -29,14 +29,16 @@ import json
 import math
 import numbers
 import operator
+import os
 import re
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
+from decoder.pgoutput import PG_EPOCH_OFFSET_US
 from decoder.tuples import COMPILED
 from sinks.envelope import CONNECTOR, text_of
 from snapshot_builder.catalog import Column, TableVersion
@@ -267,12 +269,44 @@ if COMPILED:
     _write_row = _fastrow.avro_row
     _envelope_long = _fastrow.avro_long
 
+# A whole event, key and value, in one compiled call (sinks/_fastavro.c), when built: the
+# Kafka path's profile (docs/benchmarks.md) shows the per-call overhead of the loops above
+# and the Python text conversions of numeric, timestamptz and array values as the largest
+# part of the sink's own time.  It reads the event by position and leaves whatever it does
+# not write itself to the Python code above, so both give the same bytes and errors.
+_Plan = tuple[_Fields, _Fields, bytes, bytes, bytes, bytes, bytes, dict[str, bytes],
+              dict[str, bytes], Callable[[Any], str], int]
+"""What sinks/_fastavro.c's ``encode`` needs of one table version and server name."""
+
+_EVENT_FIELDS = ("op", "table", "before", "after", "unchanged", "commit_lsn", "lsn", "ordinal",
+                 "xid", "commit_time")
+if ChangeEvent._fields != _EVENT_FIELDS:  # pragma: no cover - guards the C code's positions
+    msg = f"ChangeEvent's fields changed to {ChangeEvent._fields}: update sinks/_fastavro.c"
+    raise ImportError(msg)
+if PG_EPOCH_OFFSET_US % 1000:  # pragma: no cover - the C code adds whole milliseconds
+    msg = "PG_EPOCH_OFFSET_US is not a whole number of milliseconds"
+    raise ImportError(msg)
+
+
+def _compiled_encoder() -> Callable[[_Plan, ChangeEvent, int], tuple[bytes, bytes] | None] | None:
+    if os.environ.get("PGCDC_PURE_PYTHON") == "1":
+        return None
+    try:
+        from sinks import _fastavro
+    except ImportError:  # not built: the Python encoder serves, only slower
+        return None
+    return _fastavro.encode
+
+
+_compiled_encode: Final = _compiled_encoder()
+COMPILED_ENCODER: Final = _compiled_encode is not None
+
 
 class _Version:
     """The writers of one table version, and the constant bytes of its envelope."""
 
     __slots__ = ("fields", "key_fields", "null_key", "names", "_heads", "_snapshot",
-                 "_read_snapshot", "_table")
+                 "_read_snapshot", "_table", "_plans")
 
     def __init__(self, table: TableVersion) -> None:
         fastavro.parse_schema(key_schema(table))  # both schemas are valid Avro
@@ -290,6 +324,17 @@ class _Version:
         table_part = bytearray()
         _envelope_long(table_part, table.oid)
         self._table = bytes(table_part + _string(table.version))
+        self._plans: dict[str, _Plan] = {}
+
+    def plan(self, server_name: str) -> _Plan:
+        """Everything sinks/_fastavro.c's ``encode`` needs, for one server name."""
+        plan = self._plans.get(server_name)
+        if plan is None:
+            plan = self._plans[server_name] = (
+                self.fields, self.key_fields, self.null_key, self.head(server_name),
+                self._snapshot, self._read_snapshot, self._table, self.names, _OPS, text_of,
+                PG_EPOCH_OFFSET_US // 1000)
+        return plan
 
     def head(self, server_name: str) -> bytes:
         """Source.version, Source.connector and Source.name."""
@@ -341,12 +386,20 @@ _OPS = {op: _string(op) for op in ("c", "u", "d", "r", "t")}
 
 
 class AvroEncoder:
-    """Keys and values of change events in Avro, per table version."""
+    """Keys and values of change events in Avro, per table version.
+
+    ``compiled``: encode with sinks/_fastavro.c (the default when it is built) or with
+    the Python code only; both give the same bytes and errors.
+    """
 
     format = "avro"
 
-    def __init__(self) -> None:
+    def __init__(self, *, compiled: bool | None = None) -> None:
         self._versions: dict[tuple[int, str, str], _Version] = {}
+        if compiled and not COMPILED_ENCODER:
+            msg = "sinks._fastavro is not built: pip install -e . with a C compiler"
+            raise ImportError(msg)
+        self._encode = _compiled_encode if compiled is not False else None
 
     def _version(self, table: TableVersion) -> _Version:
         cached = self._versions.get((table.oid, table.layout, table.meta))
@@ -363,7 +416,17 @@ class AvroEncoder:
         return self._version(event.table).key(event)
 
     def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
-        return self._version(event.table).value(event, server_name, now_ms)
+        return self.encode(event, server_name=server_name, now_ms=now_ms)[1]
+
+    def encode(self, event: ChangeEvent, *, server_name: str,
+               now_ms: int) -> tuple[bytes, bytes]:
+        """The key and the value of one event."""
+        version = self._version(event.table)
+        if self._encode is not None:
+            encoded = self._encode(version.plan(server_name), event, now_ms)
+            if encoded is not None:
+                return encoded
+        return version.key(event), version.value(event, server_name, now_ms)
 
 
 def decode_value(table: TableVersion, raw: bytes) -> dict[str, Any]:

@@ -260,3 +260,8 @@ class JsonEncoder:
 
     def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
         return encode_value(event, server_name=server_name, now_ms=now_ms)
+
+    def encode(self, event: ChangeEvent, *, server_name: str,
+               now_ms: int) -> tuple[bytes, bytes]:
+        """The key and the value of one event."""
+        return encode_key(event), encode_value(event, server_name=server_name, now_ms=now_ms)

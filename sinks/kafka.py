@@ -59,6 +59,9 @@ class Encoder(Protocol):
 
     def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes: ...
 
+    def encode(self, event: ChangeEvent, *, server_name: str,
+               now_ms: int) -> tuple[bytes, bytes]: ...
+
 
 def _encoder(value_format: str) -> Encoder:
     if value_format == "avro":
@@ -152,8 +155,8 @@ class KafkaSink:
         self._topics: set[str] = set()
         self._published: set[tuple[int, str]] = set()
         self._table_topics: dict[int, str] = {}
-        # the headers of each table version's events, by the id of its TableVersion
-        self._headers: dict[int, tuple[TableVersion, list[tuple[str, str | bytes | None]]]] = {}
+        # the topic and headers of each table version's events, by the id of its TableVersion
+        self._routes: dict[int, tuple[TableVersion, str, list[tuple[str, str | bytes | None]]]] = {}
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
@@ -172,6 +175,7 @@ class KafkaSink:
             return
         self._table_topics[table.oid] = self._ensure_topic(
             topic_name(self.prefix, table.schema, table.name), partitions=self.partitions)
+        self._routes.clear()  # a table's topic may have changed (a rename)
         value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
                      value_format=self.encoder.format, **self.encoder.schemas(table))
         errors: list[KafkaError] = []
@@ -198,24 +202,29 @@ class KafkaSink:
         self._produce(self.catalog_history_topic, str(version).encode(), entry.encode(), [])
 
     def write(self, event: ChangeEvent) -> None:
-        topic = self._table_topics.get(event.table.oid)
-        if topic is None:
-            msg = f"event for {event.table.qualified_name} before its table version was published"
-            raise KafkaSinkError(msg)
+        table = event.table
+        route = self._routes.get(id(table))
+        if route is None or route[0] is not table:  # (the entry keeps its id from reuse)
+            route = self._route(table)
+        _, topic, headers = route
         now_ms = int(time.time() * 1000)
         if self.transaction_topic is not None:
             self._count_in_transaction(event, topic, now_ms)
-        key = self.encoder.key(event)
-        value = self.encoder.value(event, server_name=self.prefix, now_ms=now_ms)
-        table = event.table
-        cached = self._headers.get(id(table))
-        if cached is None or cached[0] is not table:  # (the entry keeps its id from reuse)
-            cached = self._headers[id(table)] = (table, [
-                ("pgcdc.table_version", table.version.encode()), self._format_header])
-        headers = cached[1]
+        key, value = self.encoder.encode(event, server_name=self.prefix, now_ms=now_ms)
         self._produce(topic, key, value, headers)
         if event.op == "d" and self.tombstones:
             self._produce(topic, key, None, headers)  # lets a compacted topic drop the key
+
+    def _route(self, table: TableVersion) -> tuple[TableVersion, str,
+                                                   list[tuple[str, str | bytes | None]]]:
+        """The topic and headers of a table version's events (cached by ``write``)."""
+        topic = self._table_topics.get(table.oid)
+        if topic is None:
+            msg = f"event for {table.qualified_name} before its table version was published"
+            raise KafkaSinkError(msg)
+        route = self._routes[id(table)] = (table, topic, [
+            ("pgcdc.table_version", table.version.encode()), self._format_header])
+        return route
 
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
                       xid: int | None) -> None:
@@ -247,8 +256,10 @@ class KafkaSink:
             self._on_delivery, self._on_delivery_handle = delivered, handle
         while True:
             try:
-                self._producer.produce(topic, key=key, value=value, headers=headers,
-                                       on_delivery=delivered)
+                # positional (topic, value, key, partition, callback, on_delivery, timestamp,
+                # headers): keyword matching costs more than the call itself; partition -1 is
+                # the configured partitioner, timestamp 0 the current time
+                self._producer.produce(topic, value, key, -1, delivered, None, 0, headers)
                 failpoints.hit("after_produce")
                 return
             except BufferError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import json
 import math
-from datetime import UTC, datetime
+import os
+from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder.change import ChangeEvent
+from sinks import avro
 from sinks.avro import AvroEncoder, decode_value, field_name, key_schema, value_schema
 from snapshot_builder.catalog import Column, TableVersion
 from tests.unit.test_envelope import events, reference_envelope, reference_text_of
@@ -140,22 +142,43 @@ def _read_all(schema: dict[str, Any], raw: bytes) -> dict[str, Any]:
     return record
 
 
-_ENCODER = AvroEncoder()  # shared, so its per-version cache is exercised across examples
+# The compiled encoder (sinks/_fastavro.c, the default when built) and the Python one must
+# both give fastavro's bytes; each is shared, so its per-version cache is exercised across
+# examples.
+_PURE = os.environ.get("PGCDC_PURE_PYTHON") == "1"
+_ENCODERS = {False: AvroEncoder(compiled=False)}
+if not _PURE:
+    _ENCODERS[True] = AvroEncoder(compiled=True)
+_BOTH = pytest.mark.parametrize("compiled", [
+    pytest.param(True, marks=pytest.mark.skipif(
+        _PURE, reason="PGCDC_PURE_PYTHON=1: only the Python encoder is loaded")),
+    False])
 
 
+@pytest.mark.skipif(_PURE, reason="PGCDC_PURE_PYTHON=1: only the Python encoder is loaded")
+def test_the_compiled_encoder_is_built() -> None:
+    """`make setup` builds sinks/_fastavro.c; a silent fallback would hide a 2x slower sink."""
+    assert avro.COMPILED_ENCODER, ("sinks._fastavro is not built: run `pip install -e .` "
+                                   "with gcc present")
+
+
+@_BOTH
 @settings(max_examples=300, deadline=None)
 @given(events(), st.text(alphabet=st.characters(codec="utf-8"), max_size=20),
        st.integers(-2**63, 2**63 - 1))
-def test_bytes_equal_fastavro(event: ChangeEvent, server: str, now_ms: int) -> None:
+def test_bytes_equal_fastavro(compiled: bool, event: ChangeEvent, server: str,
+                              now_ms: int) -> None:
+    encoder = _ENCODERS[compiled]
     table = event.table
     row = event.after if event.after is not None else event.before
-    key = _ENCODER.key(event)
+    key, value = encoder.encode(event, server_name=server, now_ms=now_ms)
+    assert key == encoder.key(event)
     assert key == _fastavro(key_schema(table),
                             _oracle_record(row or {}, table, table.key_columns) or {})
     record = reference_envelope(event, server_name=server, now_ms=now_ms)
     record["before"] = _oracle_record(event.before, table, table.columns)
     record["after"] = _oracle_record(event.after, table, table.columns)
-    value = _ENCODER.value(event, server_name=server, now_ms=now_ms)
+    assert value == encoder.value(event, server_name=server, now_ms=now_ms)
     assert value == _fastavro(value_schema(table), record)
     assert _read_all(key_schema(table), key) == _oracle_record(row or {}, table,
                                                                table.key_columns)
@@ -163,6 +186,74 @@ def test_bytes_equal_fastavro(event: ChangeEvent, server: str, now_ms: int) -> N
     assert back["source"]["commit_lsn"] == event.commit_lsn
     assert back["unchanged"] == list(event.unchanged)
     assert (back["before"] is None) == (event.before is None)
+
+
+_TEXT_TABLE = TableVersion(10, "s", "texts", "d", (
+    Column("id", 20, "int8", -1, True),
+    Column("at", 1184, "timestamptz", -1, False),
+    Column("day", 1082, "date", -1, False),
+    Column("ints", 1007, "_int4", -1, False),
+    Column("amount", 1700, "numeric", -1, False),
+))
+# what sinks/_fastavro.c writes itself (plain int lists, however nested; a datetime in UTC or
+# without zone; a date; a Decimal) and the look-alikes it must leave to text_of
+_INT_LISTS = st.recursive(st.lists(st.none() | st.integers(-2**70, 2**70), max_size=4),
+                          lambda inner: st.lists(inner | st.none(), max_size=3), max_leaves=10)
+_TEXT_VALUES = {
+    "at": st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(0)),
+                                                  timezone(timedelta(hours=-3, seconds=7))]))
+    | st.datetimes() | st.dates(),
+    "day": st.dates() | st.datetimes(),
+    "ints": _INT_LISTS | st.lists(st.booleans() | st.floats() | st.text(max_size=3), max_size=3)
+    | st.lists(_INT_LISTS | st.just(["x"]), max_size=3),
+    "amount": st.decimals(allow_nan=True, allow_infinity=True) | st.integers(),
+}
+
+
+@_BOTH
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({"id": st.integers(-2**63, 2**63 - 1)},
+                             optional={k: st.none() | v for k, v in _TEXT_VALUES.items()}))
+def test_texts_of_typed_values_equal_fastavro(compiled: bool, row: dict[str, Any]) -> None:
+    event = ChangeEvent("c", _TEXT_TABLE, None, row, (), 1, 2, 3, 4, 5)
+    record = reference_envelope(event, server_name="x", now_ms=0)
+    record["after"] = _oracle_record(row, _TEXT_TABLE, _TEXT_TABLE.columns)
+    assert _ENCODERS[compiled].value(event, server_name="x", now_ms=0) == _fastavro(
+        value_schema(_TEXT_TABLE), record)
+
+
+def test_a_nested_int_list_is_json() -> None:
+    row = {"id": 1, "ints": [[1, None], [], [-2**63, 2**63]], "day": date(1, 2, 3),
+           "at": datetime(987, 6, 5, 4, 3, 2, 1, tzinfo=UTC)}
+    for encoder in _ENCODERS.values():
+        after = decode_value(_TEXT_TABLE, encoder.value(
+            ChangeEvent("c", _TEXT_TABLE, None, row, (), 1, 2, 3, 4, 5), server_name="x",
+            now_ms=0))["after"]
+        assert after["ints"] == "[[1,null],[],[-9223372036854775808,9223372036854775808]]"
+        assert after["day"] == "0001-02-03"
+        assert after["at"] == "0987-06-05T04:03:02.000001+00:00"
+
+
+@_BOTH
+def test_unusual_events_fall_back_to_the_same_bytes(compiled: bool) -> None:
+    """Envelope numbers beyond a long, a row that is not a dict, unchanged names that are
+    not in the table: the compiled encoder hands these to the Python one."""
+    encoder = _ENCODERS[compiled]
+    base = _event("u", ok=True)
+    reference = AvroEncoder(compiled=False)
+    for event in (base._replace(unchanged=("not a column", "é")),
+                  base._replace(before={"order id": 9, "line": 1}),
+                  base._replace(op="x")):
+        assert encoder.encode(event, server_name="s", now_ms=1) == (
+            reference.key(event), reference.value(event, server_name="s", now_ms=1))
+    for bad in (base._replace(lsn=2**64 - 1), base._replace(commit_lsn=True),
+                base._replace(after=[("order id", 1)])):
+        errors = []
+        for enc in (encoder, reference):
+            with pytest.raises((ValueError, AttributeError, TypeError)) as info:
+                enc.encode(bad, server_name="s", now_ms=1)
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1]
 
 
 @given(st.floats(width=32) | st.floats(), st.floats(allow_nan=True))
@@ -178,8 +269,9 @@ def test_float_extremes_equal_fastavro(f4: float, f8: float) -> None:
             value_schema(ev.table), record)
 
 
-def test_values_fastavro_rejects_are_rejected() -> None:
-    encoder = AvroEncoder()
+@_BOTH
+def test_values_fastavro_rejects_are_rejected(compiled: bool) -> None:
+    encoder = _ENCODERS[compiled]
     for bad in ({"order id": 2**63}, {"order id": True}, {"order id": 1, "line": 2**31},
                 {"order id": 1, "ok": 1}, {"order id": 1, "raw": "text"}):
         with pytest.raises(ValueError, match="is not an Avro"):
@@ -187,12 +279,14 @@ def test_values_fastavro_rejects_are_rejected() -> None:
 
 
 @pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 127, 128, 8191, 8192, 2**14, 2**21 + 3])
-def test_length_prefixes_at_varint_boundaries_equal_fastavro(size: int) -> None:
+@_BOTH
+def test_length_prefixes_at_varint_boundaries_equal_fastavro(compiled: bool, size: int) -> None:
     event = _event(tags=["x" * size], raw=b"\xff" * size, amount="x" * size)
     wide = ChangeEvent("c", TABLE, None, {"order id": 2**(size % 63), "tags": "é" * size}, (),
                        size, -size, 2**63 - 1, 0, -(2**62))
     for ev in (event, wide):
         record = reference_envelope(ev, server_name="s" * size, now_ms=-(2**63))
         record["after"] = _oracle_record(ev.after, TABLE, TABLE.columns)
-        assert AvroEncoder().value(ev, server_name="s" * size, now_ms=-(2**63)) == _fastavro(
+        assert _ENCODERS[compiled].value(ev, server_name="s" * size,
+                                         now_ms=-(2**63)) == _fastavro(
             value_schema(TABLE), record)
