@@ -227,6 +227,7 @@ class InitialLoad:
         self.store = LoadStateStore(config.state_file)
         self.progress = LoadProgress()
         self._written: list[Batch] = []
+        self._block_size = 8192  # the server's, read with the plan
 
     # --- what to do ---------------------------------------------------------------------------
 
@@ -454,7 +455,8 @@ class InitialLoad:
             published = catalog[table.oid]
             self.progress.tables[table.oid] = TableProgress(
                 table.qualified_name, published.estimated_rows,
-                sum(1 for t in tasks if t.table.oid == table.oid))
+                sum(1 for t in tasks if t.table.oid == table.oid),
+                size=published.pages * self._block_size)
             self.sink.publish_table(published.table, state.load_lsn)
         if snapshot.pool is not None:
             self._read_in_workers(state, snapshot.pool, tasks, stop, on_progress)
@@ -482,7 +484,8 @@ class InitialLoad:
 
         Custom types are read under the snapshot, into the registry the stream uses too.
         """
-        chunk_pages = min(self.config.chunk_pages, max_chunk_pages(block_size(coordinator)))
+        self._block_size = block_size(coordinator)
+        chunk_pages = min(self.config.chunk_pages, max_chunk_pages(self._block_size))
         registry = TypeRegistry()
         custom = {c.type_oid for t in loading for c in catalog[t.oid].table.columns
                   if c.type_oid >= FIRST_NORMAL_OID}
@@ -582,6 +585,8 @@ class InitialLoad:
         table.rows += rows
         progress = self.progress.tables[table.oid]
         progress.chunks_done += 1
+        end = task.table.pages if task.chunk.end is None else task.chunk.end
+        progress.bytes_done += max(end - task.chunk.start, 0) * self._block_size
         if all(c.done == generation for c in table.chunks):
             table.complete = True
             progress.finished = time.monotonic()

@@ -18,6 +18,8 @@ class TableProgress:
     chunks: int  # chunks to read in this run
     rows: int = 0
     chunks_done: int = 0
+    size: int = 0  # bytes of the table at the snapshot (pg_relation_size); 0: unknown
+    bytes_done: int = 0  # bytes of the page ranges whose chunks are durable
     started: float | None = None
     finished: float | None = None
 
@@ -78,7 +80,9 @@ class LoadProgress:
             if table.started is None or table.finished is not None:
                 continue
             estimate = f"~{table.estimated_rows:,}" if table.estimated_rows >= 0 else "?"
-            out.append(f"  {table.name}: {table.rows:,} / {estimate} rows "
+            size = _bytes(table.size) if table.size else "?"
+            out.append(f"  {table.name}: {table.rows:,} / {estimate} rows, "
+                       f"{_bytes(table.bytes_done)} / {size} "
                        f"({table.fraction:.0%}, chunk {table.chunks_done}/{table.chunks})")
         eta = self.eta()
         done = sum(1 for t in self.tables.values() if t.finished is not None)
@@ -97,9 +101,19 @@ class LoadProgress:
         for table in self.tables.values():
             rate = table.rows / table.seconds if table.seconds > 0 else 0.0
             state = "done" if table.finished is not None else "not finished"
-            out.append(f"  {table.name}: {table.rows:,} rows, {table.chunks_done}/{table.chunks} "
-                       f"chunks, {table.seconds:.1f} s ({rate:,.0f} rows/s), {state}")
+            out.append(f"  {table.name}: {table.rows:,} rows, {_bytes(table.bytes_done)}, "
+                       f"{table.chunks_done}/{table.chunks} chunks, {table.seconds:.1f} s "
+                       f"({rate:,.0f} rows/s), {state}")
         return out
+
+
+def _bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "kB", "MB"):
+        if value < 1024:
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} GB"
 
 
 def _duration(seconds: float) -> str:
