@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -25,6 +21,7 @@ from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.pipeline import Pipeline, PipelineConfig, protocol_for
 from pgcdc.services.postgres import PostgresServer
 from tests.recording_sink import RecordingSink
+from tests.running import running, wait
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -136,7 +133,7 @@ def test_two_phase_commit(pg16_dsn: str, conn: Conn) -> None:
     sink = RecordingSink()
     pipeline = _pipeline(pg16_dsn, sink, "two_phase_v4")
     assert pipeline._two_phase
-    with _running(pipeline), psycopg.connect(pg16_dsn, autocommit=True) as other:
+    with running(pipeline), psycopg.connect(pg16_dsn, autocommit=True) as other:
         other.execute("BEGIN")
         other.execute(ROWS, (1, 2))
         other.execute("PREPARE TRANSACTION 'small'")
@@ -147,7 +144,7 @@ def test_two_phase_commit(pg16_dsn: str, conn: Conn) -> None:
         other.execute(ROWS, (10, 11))
         other.execute("PREPARE TRANSACTION 'undone'")
         conn.execute(ROWS, (50, 50))
-        _wait(lambda: len(pipeline.pending.prepared) == 3 and sink.events)
+        wait(lambda: len(pipeline.pending.prepared) == 3 and sink.events)
         assert [e.key["id"] for e in sink.events] == [50], "nothing prepared before its commit"
         assert set(pipeline.pending.prepared) == {"small", "large", "undone"}
         hold = pipeline.pending.hold_lsn()
@@ -159,7 +156,7 @@ def test_two_phase_commit(pg16_dsn: str, conn: Conn) -> None:
         conn.execute("ROLLBACK PREPARED 'undone'")
         conn.execute("COMMIT PREPARED 'small'")
         end = current_wal_lsn(conn)
-        _wait(lambda: pipeline.progress.durable_lsn >= end)
+        wait(lambda: pipeline.progress.durable_lsn >= end)
     ids = [e.key["id"] for e in sink.events]
     assert ids == [50, *range(100, 5_001), 1, 2]
     assert not pipeline.pending.prepared
@@ -245,34 +242,6 @@ def test_stream_abort_of_a_subtransaction_carries_abort_lsn_and_time(pg16_dsn: s
     assert before <= _pg_time(abort.abort_time) <= after
 
 
-@contextmanager
-def _running(pipeline: Pipeline) -> Iterator[None]:
-    """The pipeline streams in a thread until the block ends; its error fails the test."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            pipeline.run(stop=stop)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not errors, errors
-
-
-def _wait(predicate: Callable[[], object], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
 
 
 def _server_now(conn: Conn) -> datetime:

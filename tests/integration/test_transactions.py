@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -13,6 +10,7 @@ import pytest
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from tests.recording_sink import RecordingSink
+from tests.running import running, wait
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -27,34 +25,6 @@ def _pipeline(dsn: str, sink: RecordingSink, **options: object) -> Pipeline:
     return pipeline
 
 
-@contextmanager
-def _running(pipeline: Pipeline) -> Iterator[threading.Event]:
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            pipeline.run(stop=stop)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not errors, errors
-
-
-def _wait(predicate: object, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture
@@ -110,8 +80,8 @@ def test_prepared_transaction_waits_for_commit_prepared(pg_conn: Conn, pg_dsn: s
         other.execute("INSERT INTO t VALUES (3, 'rolled back')")
         other.execute("PREPARE TRANSACTION 'g2'")
     pg_conn.execute("INSERT INTO t VALUES (4, 'plain')")
-    with _running(pipeline):
-        _wait(lambda: sink.events)
+    with running(pipeline):
+        wait(lambda: sink.events)
         time.sleep(1.0)
         assert [e.key["id"] for e in sink.events] == [4]
         hold = pipeline.pending.hold_lsn()
@@ -122,7 +92,7 @@ def test_prepared_transaction_waits_for_commit_prepared(pg_conn: Conn, pg_dsn: s
         pg_conn.execute("COMMIT PREPARED 'g1'")
         pg_conn.execute("ROLLBACK PREPARED 'g2'")
         end = current_wal_lsn(pg_conn)
-        _wait(lambda: pipeline.progress.durable_lsn >= end)
+        wait(lambda: pipeline.progress.durable_lsn >= end)
     ids = [e.key["id"] for e in sink.events]
     assert ids == [4, 1, 2]
     assert sink.events[1].commit_lsn > sink.events[0].commit_lsn
@@ -133,13 +103,13 @@ def test_prepared_transaction_waits_for_commit_prepared(pg_conn: Conn, pg_dsn: s
 def test_reconnects_after_walsender_is_terminated(pg_conn: Conn, pg_dsn: str) -> None:
     sink = RecordingSink()
     pipeline = _pipeline(pg_dsn, sink)
-    with _running(pipeline):
+    with running(pipeline):
         pg_conn.execute("INSERT INTO t SELECT g, 'a' FROM generate_series(1, 100) g")
-        _wait(lambda: len(sink.events) >= 100)
+        wait(lambda: len(sink.events) >= 100)
         pg_conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots")
         pg_conn.execute("INSERT INTO t SELECT g, 'b' FROM generate_series(101, 200) g")
         end = current_wal_lsn(pg_conn)
-        _wait(lambda: pipeline.progress.durable_lsn >= end)
+        wait(lambda: pipeline.progress.durable_lsn >= end)
     assert pipeline.progress.reconnects >= 1
     assert sorted({e.key["id"] for e in sink.events}) == list(range(1, 201))
 
