@@ -88,6 +88,14 @@ def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load_average": [round(v, 2) for v in os.getloadavg()]}
 
 
+def _event_log(args: argparse.Namespace) -> dict[str, str]:
+    if args.event_log is None:
+        return {}
+    args.event_log.mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+
+
 # --- catch-up ---------------------------------------------------------------------------------
 
 
@@ -114,6 +122,41 @@ def _topic_events(spark: Any, servers: str, topic: str) -> tuple[int, int]:
              .option("subscribe", topic).option("startingOffsets", "earliest").load())
     row = frame.selectExpr("count(value) AS events", "count(*) AS records").collect()[0]
     return int(row["events"]), int(row["records"])
+
+
+def jobs_by_step(event_log: Path) -> list[dict[str, Any]]:
+    """Per Spark job of an event log (``spark.eventLog.enabled``): its description (the
+    apply's step, :class:`streaming.apply.Steps`, or Delta's own), wall time, stages, tasks."""
+    jobs: dict[int, dict[str, Any]] = {}
+    stages: dict[int, int] = {}
+    for path in sorted(p for p in event_log.rglob("*") if p.is_file()
+                       and not p.name.startswith((".", "appstatus"))):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                properties = event.get("Properties") or {}
+                jobs[event["Job ID"]] = {
+                    "job": event["Job ID"],
+                    "description": properties.get("spark.job.description")
+                    or properties.get("callSite.short", "?"),
+                    "start_ms": event["Submission Time"],
+                    "stage_ids": [s["Stage ID"] for s in event["Stage Infos"]],
+                }
+            elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
+                jobs[event["Job ID"]]["end_ms"] = event["Completion Time"]
+            elif kind == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                if "Submission Time" in info:  # skipped stages never ran
+                    stages[info["Stage ID"]] = info["Number of Tasks"]
+    out = []
+    for job_ in sorted(jobs.values(), key=lambda j: int(j["job"])):
+        ran = [stages[s] for s in job_.pop("stage_ids") if s in stages]
+        job_.update(stages=len(ran), tasks=sum(ran),
+                    seconds=round((job_.get("end_ms", job_["start_ms"]) - job_["start_ms"])
+                                  / 1000, 3))
+        out.append(job_)
+    return out
 
 
 def _run_catchup(spark: Any, servers: str, prefix: str, batch_size: int,
@@ -162,7 +205,7 @@ def catchup(args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             source = conn.execute("SELECT count(*), sum(id) FROM bench.orders").fetchone()
         assert source is not None
-        spark = build_session("pgcdc-bench")
+        spark = build_session("pgcdc-bench", extra_config=_event_log(args))
         try:
             events, records = _topic_events(spark, broker.bootstrap_servers, "bench.bench.orders")
             runs = []
@@ -274,7 +317,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         # the catalog and the topic exist before the query starts
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO bench.latency (id, amount, label) VALUES (0, 0, 'first')")
-        spark = build_session("pgcdc-bench")
+        spark = build_session("pgcdc-bench", extra_config=_event_log(args))
         lake = Path(tmp) / "lake"
         config = job.JobConfig(broker.bootstrap_servers, lake.as_uri(),
                                (Path(tmp) / "cp").as_uri(), topic_prefix="lat",
@@ -356,12 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0,
                         help="latency: seconds at the start left out of the percentiles")
     parser.add_argument("--trigger", type=float, default=1.0, help="latency: trigger, seconds")
+    parser.add_argument("--event-log", type=Path,
+                        help="write Spark's event log here and print the jobs per step")
     parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("py4j", "kafka", "streaming"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.event_log is not None:  # the per-batch step times too
+        logging.getLogger("streaming.job").setLevel(logging.INFO)
     if args.writer is not None:
         return run_writer(args.dsn, args.rate, args.rows_per_txn, args.seconds, args.writer)
     both = not args.catchup and not args.latency
@@ -384,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
               f"transactions); target p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s "
               f"{verdict}")
         print(json.dumps({"latency": report}))
+    if args.event_log is not None:
+        for job_ in jobs_by_step(args.event_log):
+            print(json.dumps(job_))
     return 0
 
 

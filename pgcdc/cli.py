@@ -193,6 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--max-offsets-per-trigger", type=int, default=None)
     spark.add_argument("--changelog", action="store_true",
                        help="also append every event to <table>__changelog (history, audit)")
+    spark.add_argument("--optimize-every", type=int, default=None, metavar="N",
+                       help="compact (OPTIMIZE) the tables written, every N micro-batches")
     spark.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="a Kafka consumer property for Spark's Kafka source, e.g. "
                             "security.protocol=SASL_SSL (repeatable; docs/security.md)")
@@ -749,7 +751,7 @@ def _spark(args: argparse.Namespace) -> int:
                            topic_prefix=args.topic_prefix,
                            trigger_seconds=None if args.available_now else args.trigger_seconds,
                            max_offsets_per_trigger=args.max_offsets_per_trigger,
-                           changelog=args.changelog,
+                           changelog=args.changelog, optimize_every=args.optimize_every,
                            kafka_options=_spark_kafka_options(args))
     query = job.start(spark, config)
     query.awaitTermination()

@@ -27,8 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from streaming.evolution import (
@@ -96,9 +98,16 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         rows = header_rows(batch)
     if versions is None:
         versions = batch_versions(rows)
-    parts = [rows.where("_format = 'json'").select(
-        F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"), "_version")
-        .select("e.*", "_version")]
+    unknown = sorted({f for f, _ in versions} - {"json", "avro"})
+    if unknown:
+        msg = (f"events in format(s) {unknown} (the pgcdc.format header); this job reads "
+               "json and avro: run a pgcdc release that knows the format")
+        raise CatalogMismatchError(msg)
+    parts = []
+    if any(f == "json" for f, _ in versions):  # no pass over the batch for an absent format
+        parts.append(rows.where("_format = 'json'").select(
+            F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"),
+            "_version").select("e.*", "_version"))
     for version in sorted({v for f, v in versions if f == "avro"}, key=str):
         spec = catalog.by_version(str(version))
         if spec is None or spec.value_schema is None:
@@ -106,6 +115,9 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                    "writer schema for it; the catalog topic is incomplete")
             raise CatalogMismatchError(msg)
         parts.append(_from_avro(rows.where(F.col("_version") == version), spec))
+    if not parts:  # an empty batch: its (empty) rows in the envelope's shape
+        parts.append(rows.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA)
+                                 .alias("e"), "_version").select("e.*", "_version"))
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
@@ -139,13 +151,22 @@ def _from_avro(rows: Any, spec: TableSpec) -> Any:
                               "_version")
 
 
-def summarize(events: Any, catalog: CatalogLog) -> dict[int, tuple[int, int] | None]:
-    """Per table OID of the batch, the position of its newest truncate (or None), in one
-    pass; raise if an event's version is unknown or disagrees with its header."""
+@dataclass(frozen=True)
+class TableBatch:
+    """What :func:`summarize` found about one table's events in a micro-batch."""
+
+    truncate: tuple[int, int] | None  # the position of the newest truncate, if any
+    ops: frozenset[str]  # the operations present: c, r, u, d, t
+
+
+def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
+    """Per table OID of the batch, its operations and the position of its newest truncate,
+    in one pass; raise if an event's version is unknown or disagrees with its header."""
     from pyspark.sql import functions as F
 
     summary = events.groupBy("source.table_oid").agg(
         F.expr("collect_set(source.table_version)").alias("versions"),
+        F.expr("collect_set(op)").alias("ops"),
         F.expr("max(CASE WHEN op = 't' THEN struct(source.commit_lsn, source.ordinal) END)")
         .alias("trunc"),
         F.expr("max(_version IS NOT NULL AND _version != source.table_version)")
@@ -160,13 +181,27 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, tuple[int, int] | N
         msg = (f"events name table versions missing from the catalog log: {missing}; "
                "the catalog topic is incomplete or belongs to another topic prefix")
         raise CatalogMismatchError(msg)
-    return {int(r["table_oid"]): None if r["trunc"] is None
-            else (int(r["trunc"][0]), int(r["trunc"][1])) for r in summary}
+    return {int(r["table_oid"]): TableBatch(
+        None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
+        frozenset(str(op) for op in r["ops"])) for r in summary}
 
 
 def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
     """The table OIDs of the batch; raise if any event's version is unknown."""
     return sorted(summarize(events, catalog))
+
+
+def _value(side: str, name: str, renames: dict[str, dict[str, str | None]]) -> str:
+    """The text of column ``name`` in ``before`` or ``after``, under the name the event's
+    version gave it."""
+    current = f"{side}[{_literal(name)}]"
+    if name not in renames:
+        return current
+    cases = " ".join(
+        f"WHEN {_literal(version)} THEN "
+        + (f"{side}[{_literal(old)}]" if old is not None else "CAST(NULL AS STRING)")
+        for version, old in renames[name].items())
+    return f"CASE source.table_version {cases} ELSE {current} END"
 
 
 def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
@@ -180,14 +215,7 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
     keys = {c.name for c in spec.key_columns}
 
     def value(side: str, name: str) -> str:
-        current = f"{side}[{_literal(name)}]"
-        if name not in renames:
-            return current
-        cases = " ".join(
-            f"WHEN {_literal(version)} THEN "
-            + (f"{side}[{_literal(old)}]" if old is not None else "CAST(NULL AS STRING)")
-            for version, old in renames[name].items())
-        return f"CASE source.table_version {cases} ELSE {current} END"
+        return _value(side, name, renames)
 
     exprs = []
     for column in spec.columns:
@@ -211,6 +239,30 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
         f"{unchanged} AS _unchanged",
     ]
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
+
+
+def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
+    """A delete of the old key of every update that changed its table's key, in the shape
+    of :func:`shape`, at the update's own position: the row leaves its old key, and a change
+    of the old key older than the update (a replay, late data) finds its tombstone.
+
+    PostgreSQL sends such an update with the old key in ``before`` (and the whole old row
+    under ``REPLICA IDENTITY FULL``, whose key may not have changed: no delete then)."""
+    renames = renamed_names(spec, versions or [])
+    keys = spec.key_columns
+
+    def value(side: str, name: str) -> str:
+        return _value(side, name, renames)
+
+    changed = " OR ".join(
+        f"({value('before', k.name)} IS NOT NULL "
+        f"AND NOT ({value('before', k.name)} <=> {value('after', k.name)}))" for k in keys)
+    exprs = [f"{c.cast(value('before', c.name))} AS {quote(c.name)}" if c.is_key
+             else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}" for c in spec.columns]
+    exprs += ["'d' AS _op", f"source.commit_lsn AS {COMMIT_LSN}",
+              f"source.ordinal AS {ORDINAL}", "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
+    return events.where(f"source.table_oid = {spec.oid} AND op = 'u' AND before IS NOT NULL "
+                        f"AND ({changed or 'false'})").selectExpr(*exprs)
 
 
 def _position(lsn: int, ordinal: int, op: str) -> str:
@@ -259,13 +311,19 @@ _UNKNOWN = object()
 def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 idempotence: tuple[str, int] | None = None, changelog: bool = False,
                 versions: list[TableSpec] | None = None,
-                truncate: tuple[int, int] | None | object = _UNKNOWN) -> int:
-    """MERGE one table's events of a batch; returns how many changes were applied.
+                truncate: tuple[int, int] | None | object = _UNKNOWN,
+                ops: frozenset[str] | None = None, steps: Steps | None = None) -> int:
+    """MERGE one table's events of a batch; returns how many rows it inserted, updated or
+    deleted.
 
-    ``truncate``: the position of the batch's newest truncate of this table, if the caller
-    knows it (:func:`summarize`), else it is looked up here."""
+    ``truncate`` and ``ops``: the position of the batch's newest truncate of this table and
+    the operations present, if the caller knows them (:func:`summarize`); the truncate is
+    otherwise looked up here, and without ``ops`` the full MERGE runs."""
+    step = steps if steps is not None else Steps(spark, -1 if idempotence is None
+                                                 else idempotence[1])
     path = table_path(lake, spec)
-    target = ensure_table(spark, path, spec, versions)
+    with step("table"):
+        target = ensure_table(spark, path, spec, versions)
     rows = shape(events, spec, versions)
     applied_rows = rows
     if truncate is _UNKNOWN:
@@ -283,37 +341,126 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         target.delete(_position(*position, "<"))
     if floor_at is not None:  # a change older than the newest truncate never comes back
         rows = rows.where(_position(*floor_at, ">"))
-    latest = drop_superseded(spark, latest_per_key(rows.where("_op != 't'"), spec), spec,
-                             path, versions).persist()
+    changes = rows.where("_op != 't'")
+    if ops is None or "u" in ops:  # an update may have moved its row to another key
+        moved = moved_keys(events, spec, versions)
+        if floor_at is not None:
+            moved = moved.where(_position(*floor_at, ">"))
+        changes = changes.unionByName(moved)
+    latest = latest_per_key(changes, spec).persist()
+    try:
+        with step("stats"):  # one pass: materializes the cache the MERGE then reads
+            stats = _batch_stats(latest, spec)
+        if stats.changes == 0:
+            if changelog:
+                with step("changelog"):
+                    _append_changelog(applied_rows, path, idempotence)
+            return 0
+        with step("tombstones read"):
+            source = drop_superseded(spark, latest, spec, path, versions, stats.bounds)
+        merge = _merge(target, source, spec, stats.bounds, insert_only=ops is not None
+                       and ops <= INSERT_ONLY_OPS)
+        with step("merge"), _idempotent_write(spark, idempotence):
+            metrics = merge.execute().collect()
+        if stats.deletes:
+            with step("tombstones write"):
+                record_deletes(spark, source, spec, path, idempotence)  # after the MERGE
+        if changelog:
+            with step("changelog"):
+                _append_changelog(applied_rows, path, idempotence)
+        # rows the MERGE inserted, updated or deleted; none when Delta skipped the batch as
+        # already committed (txnAppId / txnVersion)
+        return int(metrics[0]["num_affected_rows"]) if metrics else 0
+    finally:
+        latest.unpersist()
+
+
+# A micro-batch whose events of a table are all inserts is applied with an insert-only MERGE
+# (one join, no pass to find touched files).  It leaves a key already in the table as it is,
+# which is what the full MERGE does too: PostgreSQL inserts a key only when no row holds it,
+# so a row the lake still holds for it is a newer one (a replay) -- the delete that freed
+# the key is older than the insert, in the same partition, hence in this batch (which then
+# is not insert-only) or in one applied before.
+INSERT_ONLY_OPS = frozenset({"c"})
+
+_RANGE_TYPES = ("smallint", "int", "bigint", "string", "date")
+
+
+@dataclass(frozen=True)
+class _Stats:
+    changes: int  # keys with a change (the latest per key)
+    deletes: int  # of which deletes
+    bounds: tuple[str, str, str] | None  # a key column and its least and greatest literal
+
+
+def _batch_stats(latest: Any, spec: TableSpec) -> _Stats:
+    """Count, deletes, and the range of the first key column, in one job.
+
+    The range becomes a target-only condition of the MERGE (and of the tombstone read),
+    so that Delta's data skipping leaves out every file whose keys lie outside it: the
+    usual case of new keys, which no existing file holds.  Only for a column of a type
+    whose literals are simple, and none of whose values in the batch is NULL (a NULL key
+    matches by ``<=>``, never by a range)."""
+    column = spec.key_columns[0] if spec.key_columns else None
+    ranged = column is not None and (column.spark_type in _RANGE_TYPES
+                                      or column.spark_type.startswith("decimal"))
+    exprs = ["count(*) AS n", "count_if(_op = 'd') AS d"]
+    if ranged:
+        assert column is not None
+        name = quote(column.name)
+        exprs += [f"count({name}) AS k", f"min({name}) AS lo", f"max({name}) AS hi"]
+    row = latest.selectExpr(*exprs).collect()[0]
+    bounds = None
+    if ranged and row["k"] == row["n"] and row["n"] > 0:
+        assert column is not None
+        bounds = (column.name, _sql_value(row["lo"], column.spark_type),
+                  _sql_value(row["hi"], column.spark_type))
+    return _Stats(int(row["n"]), int(row["d"]), bounds)
+
+
+def _sql_value(value: Any, spark_type: str) -> str:
+    if spark_type == "string":
+        return _literal(str(value))
+    if spark_type == "date":
+        return f"DATE '{value.isoformat()}'"
+    if spark_type.startswith("decimal"):
+        return f"CAST('{value}' AS {spark_type})"
+    return str(int(value))
+
+
+def key_range(bounds: tuple[str, str, str] | None, alias: str | None = None) -> str | None:
+    """``bounds`` as a predicate on a table's key column (of ``alias`` if given)."""
+    if bounds is None:
+        return None
+    name, low, high = bounds
+    column = quote(name) if alias is None else f"{alias}.{quote(name)}"
+    return f"{column} >= {low} AND {column} <= {high}"
+
+
+def _merge(target: Any, source: Any, spec: TableSpec, bounds: tuple[str, str, str] | None,
+           *, insert_only: bool) -> Any:
+    """The MERGE of a table's latest changes, guarded so an older one never wins."""
     names = [c.name for c in spec.columns]
     keys = [c.name for c in spec.key_columns]
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+    in_range = key_range(bounds, "t")
+    if in_range is not None:  # a target-only condition: data skipping by the key's range
+        on = f"{on} AND {in_range}"
     newer = (f"(s.{COMMIT_LSN} > t.{COMMIT_LSN} OR (s.{COMMIT_LSN} = t.{COMMIT_LSN} "
              f"AND s.{ORDINAL} > t.{ORDINAL}))")
-    update = {
-        quote(n): f"CASE WHEN array_contains(s._unchanged, {_literal(n)}) THEN t.{quote(n)} "
-                  f"ELSE s.{quote(n)} END"
-        for n in names
-    }
-    update.update({m: f"s.{m}" for m in META_COLUMNS})
     insert = {quote(n): f"s.{quote(n)}" for n in names}
     insert.update({m: f"s.{m}" for m in META_COLUMNS})
-    merge = (
-        target.alias("t")
-        .merge(latest.alias("s"), on)
-        .whenMatchedDelete(condition=f"s._op = 'd' AND {newer}")
-        .whenMatchedUpdate(condition=f"s._op != 'd' AND {newer}", set=update)
-        .whenNotMatchedInsert(condition="s._op != 'd'", values=insert)
-    )
-    try:
-        with _idempotent_write(spark, idempotence):
-            merge.execute()
-        record_deletes(spark, latest, spec, path, idempotence)  # after the MERGE
-        if changelog:
-            _append_changelog(applied_rows, path, idempotence)
-        return int(latest.count())
-    finally:
-        latest.unpersist()
+    merge = target.alias("t").merge(source.alias("s"), on)
+    if not insert_only:
+        update = {
+            quote(n): f"CASE WHEN array_contains(s._unchanged, {_literal(n)}) "
+                      f"THEN t.{quote(n)} ELSE s.{quote(n)} END"
+            for n in names
+        }
+        update.update({m: f"s.{m}" for m in META_COLUMNS})
+        merge = merge.whenMatchedDelete(condition=f"s._op = 'd' AND {newer}")\
+            .whenMatchedUpdate(condition=f"s._op != 'd' AND {newer}", set=update)
+    return merge.whenNotMatchedInsert(condition="s._op != 'd'", values=insert)
 
 
 def _append_changelog(rows: Any, path: str, idempotence: tuple[str, int] | None) -> None:
@@ -341,31 +488,64 @@ def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterat
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
+class Steps:
+    """Wall time per step of one micro-batch (logged by the job), and a Spark job
+    description per step, so that the Spark UI and event log say which step ran a job."""
+
+    def __init__(self, spark: Any, batch_id: int) -> None:
+        self._context = spark.sparkContext
+        self._batch_id = batch_id
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self._context.setJobDescription(f"pgcdc batch {self._batch_id}: {name}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self._context.setJobDescription(None)
+
+    def summary(self) -> str:
+        return ", ".join(f"{name} {spent:.2f} s" for name, spent in self.seconds.items())
+
+
 CatalogSource = CatalogLog | Callable[[set[str]], CatalogLog]
 
 
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
-                app_id: str, changelog: bool = False) -> dict[str, int]:
+                app_id: str, changelog: bool = False, steps: Steps | None = None,
+                touched: set[str] | None = None) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table.
 
     ``catalog``: the catalog log, or a function giving one that holds the given versions
     (the job's cache, which reads the catalog topic again only for a version it lacks).
+    ``touched``: if given, the location of every table the batch wrote is added to it.
     """
+    step = steps if steps is not None else Steps(spark, batch_id)
     rows = header_rows(batch).persist()  # Kafka is read once per batch
     events = None
     try:
-        versions = batch_versions(rows)
+        with step("read"):
+            versions = batch_versions(rows)
         if not versions:
             return {}
-        log_ = catalog if isinstance(catalog, CatalogLog) else catalog(
-            {v for _, v in versions if v is not None})
+        with step("catalog"):
+            log_ = catalog if isinstance(catalog, CatalogLog) else catalog(
+                {v for _, v in versions if v is not None})
         events = parse_envelopes(batch, log_, rows=rows, versions=versions).persist()
+        with step("decode"):
+            summary = summarize(events, log_)
         applied: dict[str, int] = {}
-        for oid, truncate in sorted(summarize(events, log_).items()):
+        for oid, found in sorted(summary.items()):
             spec = log_.latest(oid)
+            if touched is not None:
+                touched.add(table_path(lake, spec))
             applied[spec.qualified_name] = apply_table(
                 spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog,
-                versions=log_.versions(oid), truncate=truncate)
+                versions=log_.versions(oid), truncate=found.truncate, ops=found.ops,
+                steps=step)
         return applied
     finally:
         if events is not None:

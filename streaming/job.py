@@ -3,7 +3,8 @@
 Subscribes to every table topic of a prefix by pattern (new tables are picked
 up as their topics appear), reads the catalog log from Kafka (again whenever
 a micro-batch names a table version it has not seen), and applies the batch
-with :func:`streaming.apply.apply_batch`.
+with :func:`streaming.apply.apply_batch`; every ``optimize_every`` batches, the tables
+written since are compacted (:mod:`streaming.compaction`).
 Checkpoint and table locations are URIs; nothing assumes local mode.
 """
 
@@ -15,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pgcdc.errors import ConfigError
 from sinks.kafka import catalog_topic, table_topic_pattern
-from streaming.apply import apply_batch
+from streaming.apply import Steps, apply_batch
+from streaming.compaction import compact
 from streaming.schema import CatalogLog, TableSpec
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,13 @@ class JobConfig:
     max_offsets_per_trigger: int | None = None
     kafka_options: dict[str, str] | None = None
     changelog: bool = False  # also append every event to <table>__changelog
+    optimize_every: int | None = None  # compact the touched tables every N batches
+
+    def __post_init__(self) -> None:
+        if self.optimize_every is not None and self.optimize_every < 1:
+            msg = (f"optimize_every is {self.optimize_every}: give the number of micro-batches "
+                   "between compactions (1 or more), or leave it out to never compact")
+            raise ConfigError(msg)
 
 
 def read_catalog(spark: Any, config: JobConfig) -> CatalogLog:
@@ -68,6 +78,7 @@ def start(spark: Any, config: JobConfig,
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
     cached: list[CatalogLog] = []
+    touched: set[str] = set()  # tables written since the last compaction
 
     def catalog_for(versions: set[str]) -> CatalogLog:
         """The catalog log, read again from Kafka only when a batch names a version it lacks
@@ -78,11 +89,18 @@ def start(spark: Any, config: JobConfig,
         return cached[0]
 
     def each_batch(batch: Any, batch_id: int) -> None:
+        steps = Steps(spark, batch_id)
         applied = apply_batch(spark, batch, batch_id, catalog=catalog_for, lake=config.lake,
-                              app_id=identity, changelog=config.changelog)
+                              app_id=identity, changelog=config.changelog, steps=steps,
+                              touched=touched)
+        every = config.optimize_every
+        if every and touched and (batch_id + 1) % every == 0:  # after the batch committed
+            with steps("optimize"):
+                compact(spark, sorted(touched))
+            touched.clear()
         if not applied:
             return
-        log.info("batch %d applied %s", batch_id, applied)
+        log.info("batch %d applied %s (%s)", batch_id, applied, steps.summary())
         if on_batch is not None:
             on_batch(batch_id, applied)
 

@@ -40,8 +40,12 @@ def _keys_only(spec: TableSpec) -> TableSpec:
 
 
 def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,
-                    versions: list[TableSpec] | None = None) -> Any:
-    """The batch's latest changes without those older than their key's recorded delete."""
+                    versions: list[TableSpec] | None = None,
+                    bounds: tuple[str, str, str] | None = None) -> Any:
+    """The batch's latest changes without those older than their key's recorded delete.
+
+    ``bounds``: a key column and the least and greatest value the batch holds in it
+    (``streaming.apply``), so that only tombstone files overlapping that range are read."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -52,7 +56,11 @@ def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,
     evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL),
            [_keys_only(v) for v in versions or []])
     keys = [quote(c.name) for c in spec.key_columns]
-    newest = spark.read.format("delta").load(tombstones_at).groupBy(*keys).agg(
+    recorded = spark.read.format("delta").load(tombstones_at)
+    if bounds is not None:
+        name, low, high = bounds
+        recorded = recorded.where(f"{quote(name)} >= {low} AND {quote(name)} <= {high}")
+    newest = recorded.groupBy(*keys).agg(
         F.expr(f"max(struct({COMMIT_LSN}, {ORDINAL}))").alias("_p"))
     tombstones = newest.selectExpr(*keys, f"_p.{COMMIT_LSN} AS {COMMIT_LSN}",
                                    f"_p.{ORDINAL} AS {ORDINAL}")
