@@ -2,6 +2,7 @@
 
     python -m tests.golden.capture          # the machine's server (15): protocol v3
     python -m tests.golden.capture --v4     # PostgreSQL 16 from Maven Central: protocol v4
+    python -m tests.golden.capture --binary # the machine's server: text and binary values
 
 Writes ``tests/golden/pgoutput_v<N>.txt``: one message a line, ``<tag> <streaming 0|1> <hex>``,
 for a scripted workload that makes the server send every message type of protocol
@@ -13,6 +14,11 @@ The v4 mode (PostgreSQL 16) reads the same workload twice, through two slots, wi
 ``streaming 'parallel'`` (every Stream Abort then carries the abort LSN and time): once
 with ``origin 'any'`` and once with ``origin 'none'`` (the transaction made under the
 replication origin is left out).  Each pass starts with a ``# options: k=v ...`` line.
+
+The binary mode writes ``pgoutput_v<N>_binary.txt``: the workload and a table ``typed``
+with a column of every built-in type and edge values, read twice, through two slots:
+with ``binary 'false'`` and with ``binary 'true'``, so the two passes hold the same
+messages, one with each value as text, the other in its type's send format.
 """
 
 from __future__ import annotations
@@ -81,12 +87,52 @@ WORKLOAD = [
 ]
 
 
-def capture(*, v4: bool = False, folder: Path = HERE) -> Path:
-    """Run the workload on a new server and write ``folder/pgoutput_v<N>.txt``."""
+# every built-in type of issue #3's list, for the binary capture; the rows hold edge values
+TYPED_COLUMNS = (
+    "b bool, i2 int2, i8 int8, o oid, f4 float4, f8 float8, n numeric, mo money, "
+    "c char(3), vc varchar(8), nm name, ch \"char\", by bytea, u uuid, j json, jb jsonb, "
+    "x xml, d date, tm time, tz timetz, ts timestamp, tstz timestamptz, iv interval, "
+    "ip inet, cd cidr, mac macaddr, mac8 macaddr8, bt bit(4), vb varbit, tsv tsvector, "
+    "tsq tsquery, pt point, ln line, ls lseg, bx box, pa path, pg polygon, ci circle, "
+    "lsn pg_lsn, r int4range, tr tstzrange, mr int4multirange, a2 int[], at text[], "
+    "an numeric[], ad date[], m mood, ma mood[]")
+TYPED_ROWS = [
+    "INSERT INTO typed VALUES (1, true, -32768, 9223372036854775807, 4294967295, 1.5, "
+    "'NaN', '-12345678901234567890.000000000000000001', '-1.23', 'ab', 'héllo', 'name', "
+    "'x', '\\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"a\": [1, 2.5]}', "
+    "'{\"b\": {\"c\": null}, \"a\": 1}', '<x>1</x>', '2024-02-29', '24:00:00', "
+    "'23:59:59.999999+14:59', '1999-12-31 23:59:59.5', '2000-01-01 00:00:00+00', "
+    "'1 year 2 mons -3 days 04:05:06.789', '192.168.0.1/24', '2001:db8::/32', "
+    "'08:00:2b:01:02:03', '08:00:2b:01:02:03:04:05', B'1010', B'110', "
+    "'a fat:2A cat''s', 'fat & (rat | !cat)', '(1.5,-2)', '{1,2,3}', '[(0,0),(1,1)]', "
+    "'(1,1),(0,0)', '[(0,0),(1,1),(2,0)]', '((0,0),(1,1),(2,0))', '<(0,0),2>', "
+    "'16/B374D848', '[1,10)', '[2024-01-01 00:00+00,infinity)', '{[1,3),[5,7)}', "
+    "'{{1,NULL},{3,4}}', '{\"a b\",NULL,\"\\\"q\\\"\",\"\"}', '{1.5,NaN,-0.001}', "
+    "'{infinity,2024-01-01}', 'happy', '{sad,ok}')",
+    "INSERT INTO typed VALUES (2, false, 0, -9223372036854775808, 0, '-Infinity', "
+    "'Infinity', 'Infinity', '0', ' ', '', '', '', '', "
+    "'00000000-0000-0000-0000-000000000000', '[]', '[]', '', '-infinity', '00:00:00', "
+    "'00:00:00-15:59', '4713-01-01 00:00:00 BC', 'infinity', '-178000000 years', "
+    "'::1', '0.0.0.0/0', '00:00:00:00:00:00', '00:00:00:00:00:00:00:00', B'0000', B'', "
+    "'', '!a', '(0,0)', '{-1,0,5e-1}', '[(0,0),(0,0)]', '(0,0),(0,0)', '((0,0))', "
+    "'((0,0))', '<(0,0),0>', '0/0', 'empty', '(,)', '{}', '{}', '{}', '{}', '{}', 'sad', "
+    "'{}')",
+    "INSERT INTO typed (id) VALUES (3)",  # every column NULL
+]
+
+
+def capture(*, v4: bool = False, binary: bool = False, folder: Path = HERE) -> Path:
+    """Run the workload on a new server and write ``folder/pgoutput_v<N>[_binary].txt``."""
+    workload = list(WORKLOAD)
+    if binary:
+        at = workload.index("CREATE PUBLICATION golden FOR TABLE t, full_t")
+        workload[at:at + 1] = [f"CREATE TABLE typed (id int PRIMARY KEY, {TYPED_COLUMNS})",
+                               "CREATE PUBLICATION golden FOR TABLE t, full_t, typed"]
+        workload += TYPED_ROWS
     with PostgresServer(version=16 if v4 else None) as server:
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for statement in WORKLOAD:
+            for statement in workload:
                 conn.execute(statement)
             end = current_wal_lsn(conn)
             version = protocol_for(conn.info.server_version)
@@ -99,16 +145,20 @@ def capture(*, v4: bool = False, folder: Path = HERE) -> Path:
         if v4:
             passes = [("golden", {**options, "streaming": "parallel", "origin": "any"}),
                       ("golden_none", {**options, "streaming": "parallel", "origin": "none"})]
+        elif binary:
+            passes = [("golden", {**options, "binary": "false"}),
+                      ("golden_none", {**options, "binary": "true"})]
         else:
             passes = [("golden", options)]
         sections = []
         for slot, slot_options in passes:
-            lines = _keep_interesting(_read_slot(dsn, slot, slot_options, end))
-            if v4:
+            lines = _keep_interesting(_read_slot(dsn, slot, slot_options, end),
+                                      every_outside_streams=binary)
+            if v4 or binary:
                 words = " ".join(f"{k}={v}" for k, v in slot_options.items())
                 lines.insert(0, f"# options: {words}")
             sections.extend(lines)
-    path = folder / f"pgoutput_v{version}.txt"
+    path = folder / f"pgoutput_v{version}{'_binary' if binary else ''}.txt"
     name = str(release[0]) if release else "?"
     header = f"# captured from PostgreSQL {name} by tests/golden/capture.py"
     path.write_text(header + "\n" + "\n".join(sections) + "\n")
@@ -140,13 +190,14 @@ def _read_slot(dsn: str, slot: str, options: dict[str, str], end: int) -> list[s
     return lines
 
 
-def _keep_interesting(lines: list[str]) -> list[str]:
-    """All distinct message shapes, but not thousands of identical streamed inserts."""
+def _keep_interesting(lines: list[str], *, every_outside_streams: bool = False) -> list[str]:
+    """All distinct message shapes, but not thousands of identical streamed inserts
+    (``every_outside_streams``: every message outside a streamed block, too)."""
     kept, seen = [], {}
     for line in lines:
         tag, inside, _ = line.split(" ", 2)
         count = seen.get((tag, inside), 0)
-        if count < 8:
+        if count < 8 or every_outside_streams and inside == "0":
             kept.append(line)
         seen[(tag, inside)] = count + 1
     return kept
@@ -156,6 +207,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--v4", action="store_true",
                         help="PostgreSQL 16 (downloaded from Maven Central), protocol v4")
+    parser.add_argument("--binary", action="store_true",
+                        help="the workload and a table of every type, text and binary")
     parser.add_argument("--folder", type=Path, default=HERE, help="where to write the file")
     args = parser.parse_args()
-    print(capture(v4=args.v4, folder=args.folder), file=sys.stderr)
+    print(capture(v4=args.v4, binary=args.binary, folder=args.folder), file=sys.stderr)

@@ -23,7 +23,8 @@ def _messages(path: Path) -> list[tuple[str, bool, bytes]]:
 
 
 def test_golden_files_exist() -> None:
-    assert [p.name for p in GOLDEN] == ["pgoutput_v3.txt", "pgoutput_v4.txt"]
+    assert [p.name for p in GOLDEN] == ["pgoutput_v3.txt", "pgoutput_v3_binary.txt",
+                                        "pgoutput_v4.txt"]
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
