@@ -39,6 +39,7 @@ import resource
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -270,6 +271,8 @@ class WorkerPool:
             for i in range(count)]
         self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
         self.peak_rss: list[int] = []  # KiB, of each worker that exited normally
+        self._pending: deque[Message] = deque()  # read while checking for dead workers
+        self._checked = 0.0
 
     def start(self) -> WorkerPool:
         for process in self.processes:
@@ -336,18 +339,22 @@ class WorkerPool:
         return len(self.exited) < len(self.processes)
 
     def messages(self, timeout: float) -> Iterator[Message]:
-        """What arrived within ``timeout`` seconds (at least one wait); raises
-        :class:`WorkerDiedError` for a worker that ended without reporting."""
-        message = self._get(timeout)
-        if message is None:
-            message = self._check_alive()
+        """What arrived within ``timeout`` seconds (at least one wait).  Between messages (at
+        most every 0.2 s) and at the end, a check that every worker that ended said so:
+        :class:`WorkerDiedError` for one that did not (killed, or a crash in C)."""
+        message = self._next(timeout)
         while message is not None:
             if isinstance(message, Exited | WorkerFailed):
                 self.exited.add(message.worker)
             yield message
-            message = self._get(0)
+            if time.monotonic() - self._checked >= 0.2:
+                self._check_alive()
+            message = self._next(0)
+        self._check_alive()
 
-    def _get(self, timeout: float) -> Message | None:
+    def _next(self, timeout: float) -> Message | None:
+        if self._pending:
+            return self._pending.popleft()
         try:
             message: Message = (self.results.get(timeout=timeout) if timeout > 0
                                 else self.results.get_nowait())
@@ -355,21 +362,29 @@ class WorkerPool:
             return None
         return message
 
-    def _check_alive(self) -> Message | None:
-        """None if every worker that ended reported it; a message that arrived late; or
-        :class:`WorkerDiedError`."""
-        for number, process in enumerate(self.processes):
-            if number in self.exited or process.exitcode is None:
-                continue
-            message = self._get(1.0)  # its last words may still be in the pipe
-            if message is not None:
-                return message
-            self.exited.add(number)
-            msg = (f"load worker {number} (pid {process.pid}) ended with exit code "
-                   f"{process.exitcode} before reporting; the chunks it did not report are "
-                   "not done: run again, the load resumes")
-            raise WorkerDiedError(msg)
-        return None
+    def _check_alive(self) -> None:
+        """A worker writes its last message before it ends, and a message is one atomic pipe
+        write: once its exit code is known, everything it said is in the pipe.  Read what is
+        there (kept for :meth:`messages`), and whoever ended without a word died."""
+        self._checked = time.monotonic()
+        ended = [n for n, p in enumerate(self.processes)
+                 if n not in self.exited and p.exitcode is not None]
+        if not ended:
+            return
+        while True:
+            try:
+                self._pending.append(self.results.get_nowait())
+            except queue.Empty:
+                break
+        said = {m.worker for m in self._pending if isinstance(m, Exited | WorkerFailed)}
+        for number in ended:
+            if number not in said:
+                self.exited.add(number)
+                process = self.processes[number]
+                msg = (f"load worker {number} (pid {process.pid}) ended with exit code "
+                       f"{process.exitcode} before reporting; the chunks it did not report are "
+                       "not done: run again, the load resumes")
+                raise WorkerDiedError(msg)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Halt every worker, wait for them, end what does not end."""

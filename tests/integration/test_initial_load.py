@@ -301,7 +301,9 @@ def test_a_worker_killed_mid_load_resumes(pg_conn: Conn, pg_dsn: str, kafka_serv
         assert crashed is not None and crashed.status == "loading"
         table = next(iter(crashed.tables.values()))
         done = [i for i, c in enumerate(table.chunks) if c.done == 0]
-        assert len(done) >= 3 and len(done) < len(table.chunks) and not table.complete
+        assert len(done) >= 3 and not table.complete
+        # the load stopped when the worker died, not once the other one had read everything
+        assert len(done) < len(table.chunks) - 10
         info = slot_info(pg_conn, "pgcdc")
         assert info is not None and info.confirmed_flush_lsn == crashed.consistent_point
 
