@@ -185,6 +185,7 @@ class Result:
     # librdkafka: its rdk:* threads); (c): of the Kafka broker's process
     thread_cpu_seconds: dict[str, float] = field(default_factory=dict)
     broker_cpu_seconds: float | None = None
+    kafka_config: list[str] = field(default_factory=list)  # --kafka-config, for (c)
 
     @property
     def rate(self) -> float:
@@ -469,6 +470,7 @@ def peak_rss_kb(pid: int | str = "self") -> int | None:
 
 def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Workload, *,
                   protocol: str, bootstrap_servers: str | None, kafka_format: str | None,
+                  kafka_config: list[str] | None = None,
                   profile: str | None, profiler: str, timeout: float,
                   broker_marker: str | None = None) -> Result:
     argv = [sys.executable, "-m", "bench.decoder_bench", "--worker", key, "--dsn", server.dsn(),
@@ -478,6 +480,8 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
         argv += ["--bootstrap-servers", bootstrap_servers]
     if kafka_format:
         argv += ["--kafka-format", kafka_format]
+    for setting in kafka_config or ():
+        argv += ["--kafka-config", setting]
     if profile:
         argv += ["--profile", profile, "--profiler", profiler]
     log.info("(%s) %s", key, " ".join(argv))
@@ -498,7 +502,8 @@ def measure_pgcdc(key: str, server: PostgresServer, setup: Setup, workload: Work
                   resent=report["events"] - workload.events,
                   reconnects=report.get("reconnects", 0), profiled=bool(profile),
                   thread_cpu_seconds=report.get("thread_cpu_seconds", {}),
-                  broker_cpu_seconds=broker_seconds)
+                  broker_cpu_seconds=broker_seconds,
+                  kafka_config=list(kafka_config or ()) if key == "c" else [])
 
 
 # --- the worker (one child process per pgcdc measurement) -----------------------------------
@@ -528,6 +533,8 @@ def run_worker(args: argparse.Namespace) -> int:
                 print("this KafkaSink has no value_format option", file=sys.stderr)
                 return 2
             options["value_format"] = args.kafka_format
+        if args.kafka_config:  # librdkafka properties over the sink's own (strings)
+            options["producer_config"] = dict(kv.split("=", 1) for kv in args.kafka_config)
         sink: Any = KafkaSink(args.bootstrap_servers, **options)
         value_format = str(getattr(getattr(sink, "encoder", None), "format", "json"))
     else:
@@ -717,6 +724,8 @@ def label(result: Result) -> str:
     text = LABELS[result.key]
     if result.value_format:
         text = text.replace("Kafka", f"Kafka {result.value_format}")
+    if result.kafka_config:
+        text += f" [{', '.join(result.kafka_config)}]"
     return text + (" [profiled]" if result.profiled else "")
 
 
@@ -810,6 +819,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "or what pgcdc negotiates by itself")
     parser.add_argument("--kafka-format", choices=["avro", "json"],
                         help="value format of the Kafka sink in (c) (default: the sink's own)")
+    parser.add_argument("--kafka-config", action="append", metavar="KEY=VALUE",
+                        help="a librdkafka producer property for (c) over the sink's own, "
+                             "e.g. linger.ms=20 (repeatable)")
     parser.add_argument("--profile", metavar="PATH",  # (b), or (c) when (b) is not run
                         help="profile (b), save the profile to PATH and print a summary")
     parser.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile",
@@ -879,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure_pgcdc(
                     key, server, setup, workload, protocol=args.protocol,
                     bootstrap_servers=bootstrap, kafka_format=args.kafka_format,
+                    kafka_config=args.kafka_config,
                     profile=args.profile if key == profiled else None, profiler=args.profiler,
                     timeout=args.timeout, broker_marker=broker_marker)
             result.decoded_mb, result.spilled_mb, result.streamed_mb = slot_stats(

@@ -439,13 +439,21 @@ enum { EV_OP, EV_TABLE, EV_BEFORE, EV_AFTER, EV_UNCHANGED, EV_COMMIT_LSN, EV_LSN
 /* the plan of one table version for one server name (sinks/avro.py _Version.plan) */
 enum { PLAN_FIELDS, PLAN_KEY_FIELDS, PLAN_NULL_KEY, PLAN_HEAD, PLAN_SNAPSHOT,
        PLAN_READ_SNAPSHOT, PLAN_TABLE, PLAN_NAMES, PLAN_OPS, PLAN_TEXT_OF, PLAN_EPOCH_MS,
-       PLAN_SIZE };
+       PLAN_FALLBACK, PLAN_SIZE };
+
+/* the plan's fallback, the Python encoder: fallback(event, now_ms) -> (key, value) */
+static PyObject *
+fall_back(PyObject *plan, PyObject *event, PyObject *now_ms)
+{
+    return PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(plan, PLAN_FALLBACK), event, now_ms,
+                                        NULL);
+}
 
 /*
- * encode(plan, event, now_ms) -> (key, value), or None when the event holds something
- * this code leaves to the Python encoder (an envelope number that is not a plain int64,
- * a row that is not a dict, ...): the caller then runs the Python encoder, which gives
- * the same bytes or the same error.
+ * encode(plan, event, now_ms) -> (key, value).  An event holding something this code
+ * leaves to the Python encoder (an envelope number that is not a plain int64, a row that
+ * is not a dict, ...) goes to the plan's fallback, which gives the same bytes or the same
+ * error.
  */
 static PyObject *
 encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -488,14 +496,14 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t numbers[5], now_ms, epoch_ms;
     for (int i = 0; i < 5; i++) {
         if (!as_int64(PyTuple_GET_ITEM(event, EV_COMMIT_LSN + i), &numbers[i]))
-            Py_RETURN_NONE;
+            return fall_back(plan, event, args[2]);
     }
     if (!as_int64(args[2], &now_ms) || !as_int64(PyTuple_GET_ITEM(plan, PLAN_EPOCH_MS),
                                                  &epoch_ms)
         || (before != Py_None && !PyDict_Check(before))
         || (after != Py_None && !PyDict_Check(after)) || !PyTuple_Check(unchanged)
         || !PyUnicode_Check(op))
-        Py_RETURN_NONE;
+        return fall_back(plan, event, args[2]);
     int64_t commit_lsn = numbers[0], lsn = numbers[1], ordinal = numbers[2], xid = numbers[3],
             commit_time = numbers[4];
 
@@ -571,8 +579,7 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     goto done;
             }
             else {
-                Py_CLEAR(key_bytes);
-                result = Py_NewRef(Py_None);
+                result = fall_back(plan, event, args[2]);
                 goto done;
             }
         }
@@ -595,8 +602,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
-     "encode(plan, event, now_ms) -> (key, value) in Avro binary, or None to ask the Python "
-     "encoder."},
+     "encode(plan, event, now_ms) -> (key, value) in Avro binary."},
     {NULL, NULL, 0, NULL},
 };
 

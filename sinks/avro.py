@@ -24,6 +24,7 @@ the first event that uses it.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -274,9 +275,13 @@ if COMPILED:
 # and the Python text conversions of numeric, timestamptz and array values as the largest
 # part of the sink's own time.  It reads the event by position and leaves whatever it does
 # not write itself to the Python code above, so both give the same bytes and errors.
+EventEncoder = Callable[[ChangeEvent, int], tuple[bytes, bytes]]
+"""The key and value of an event of one table version, given ``now_ms``."""
+
 _Plan = tuple[_Fields, _Fields, bytes, bytes, bytes, bytes, bytes, dict[str, bytes],
-              dict[str, bytes], Callable[[Any], str], int]
-"""What sinks/_fastavro.c's ``encode`` needs of one table version and server name."""
+              dict[str, bytes], Callable[[Any], str], int, EventEncoder]
+"""What sinks/_fastavro.c's ``encode`` needs of one table version and server name; the
+last item is the Python encoder, for the events it leaves to it."""
 
 _EVENT_FIELDS = ("op", "table", "before", "after", "unchanged", "commit_lsn", "lsn", "ordinal",
                  "xid", "commit_time")
@@ -288,7 +293,7 @@ if PG_EPOCH_OFFSET_US % 1000:  # pragma: no cover - the C code adds whole millis
     raise ImportError(msg)
 
 
-def _compiled_encoder() -> Callable[[_Plan, ChangeEvent, int], tuple[bytes, bytes] | None] | None:
+def _compiled_encoder() -> Callable[[_Plan, ChangeEvent, int], tuple[bytes, bytes]] | None:
     if os.environ.get("PGCDC_PURE_PYTHON") == "1":
         return None
     try:
@@ -333,8 +338,13 @@ class _Version:
             plan = self._plans[server_name] = (
                 self.fields, self.key_fields, self.null_key, self.head(server_name),
                 self._snapshot, self._read_snapshot, self._table, self.names, _OPS, text_of,
-                PG_EPOCH_OFFSET_US // 1000)
+                PG_EPOCH_OFFSET_US // 1000, self.python_encoder(server_name))
         return plan
+
+    def python_encoder(self, server_name: str) -> EventEncoder:
+        def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
+            return self.key(event), self.value(event, server_name, now_ms)
+        return encode
 
     def head(self, server_name: str) -> bytes:
         """Source.version, Source.connector and Source.name."""
@@ -421,12 +431,15 @@ class AvroEncoder:
     def encode(self, event: ChangeEvent, *, server_name: str,
                now_ms: int) -> tuple[bytes, bytes]:
         """The key and the value of one event."""
-        version = self._version(event.table)
-        if self._encode is not None:
-            encoded = self._encode(version.plan(server_name), event, now_ms)
-            if encoded is not None:
-                return encoded
-        return version.key(event), version.value(event, server_name, now_ms)
+        return self.encoder_for(event.table, server_name)(event, now_ms)
+
+    def encoder_for(self, table: TableVersion, server_name: str) -> EventEncoder:
+        """What :meth:`encode` does for the events of one table version, without looking the
+        version up each time (the Kafka sink keeps one per table version)."""
+        version = self._version(table)
+        if self._encode is None:
+            return version.python_encoder(server_name)
+        return functools.partial(self._encode, version.plan(server_name))
 
 
 def decode_value(table: TableVersion, raw: bytes) -> dict[str, Any]:

@@ -265,3 +265,11 @@ class JsonEncoder:
                now_ms: int) -> tuple[bytes, bytes]:
         """The key and the value of one event."""
         return encode_key(event), encode_value(event, server_name=server_name, now_ms=now_ms)
+
+    def encoder_for(self, table: TableVersion,
+                    server_name: str) -> Callable[[ChangeEvent, int], tuple[bytes, bytes]]:
+        """:meth:`encode` for the events of one table version."""
+        def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
+            return encode_key(event), encode_value(event, server_name=server_name,
+                                                   now_ms=now_ms)
+        return encode

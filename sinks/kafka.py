@@ -62,6 +62,14 @@ class Encoder(Protocol):
     def encode(self, event: ChangeEvent, *, server_name: str,
                now_ms: int) -> tuple[bytes, bytes]: ...
 
+    def encoder_for(self, table: TableVersion,
+                    server_name: str) -> Callable[[ChangeEvent, int], tuple[bytes, bytes]]: ...
+
+
+_Route = tuple[TableVersion, str, list[tuple[str, str | bytes | None]],
+               Callable[[ChangeEvent, int], tuple[bytes, bytes]]]
+"""A table version, its topic, its events' headers and their encoder."""
+
 
 def _encoder(value_format: str) -> Encoder:
     if value_format == "avro":
@@ -155,8 +163,9 @@ class KafkaSink:
         self._topics: set[str] = set()
         self._published: set[tuple[int, str]] = set()
         self._table_topics: dict[int, str] = {}
-        # the topic and headers of each table version's events, by the id of its TableVersion
-        self._routes: dict[int, tuple[TableVersion, str, list[tuple[str, str | bytes | None]]]] = {}
+        # the topic, headers and encoder of each table version's events, by the id of its
+        # TableVersion
+        self._routes: dict[int, _Route] = {}
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
@@ -206,24 +215,24 @@ class KafkaSink:
         route = self._routes.get(id(table))
         if route is None or route[0] is not table:  # (the entry keeps its id from reuse)
             route = self._route(table)
-        _, topic, headers = route
+        _, topic, headers, encode = route
         now_ms = int(time.time() * 1000)
         if self.transaction_topic is not None:
             self._count_in_transaction(event, topic, now_ms)
-        key, value = self.encoder.encode(event, server_name=self.prefix, now_ms=now_ms)
+        key, value = encode(event, now_ms)
         self._produce(topic, key, value, headers)
         if event.op == "d" and self.tombstones:
             self._produce(topic, key, None, headers)  # lets a compacted topic drop the key
 
-    def _route(self, table: TableVersion) -> tuple[TableVersion, str,
-                                                   list[tuple[str, str | bytes | None]]]:
-        """The topic and headers of a table version's events (cached by ``write``)."""
+    def _route(self, table: TableVersion) -> _Route:
+        """The topic, headers and encoder of a table version's events (cached by ``write``)."""
         topic = self._table_topics.get(table.oid)
         if topic is None:
             msg = f"event for {table.qualified_name} before its table version was published"
             raise KafkaSinkError(msg)
-        route = self._routes[id(table)] = (table, topic, [
-            ("pgcdc.table_version", table.version.encode()), self._format_header])
+        route = self._routes[id(table)] = (
+            table, topic, [("pgcdc.table_version", table.version.encode()), self._format_header],
+            self.encoder.encoder_for(table, self.prefix))
         return route
 
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
