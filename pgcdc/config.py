@@ -106,10 +106,9 @@ class SourceSettings(_Section):
     # another node through logical replication; "any" (the server's default) keeps them
     origin: Literal["any", "none"] | None = None
     # pgoutput's binary option (PostgreSQL 14+): "auto" streams binary when every published
-    # column type has a binary decoder in pgcdc, text otherwise (decoder/transfer.py); off by
-    # default: binary saves the server's output functions but costs pgcdc more CPU per row
-    # (docs/benchmarks.md, "Binary values")
-    binary: Literal["auto", "on", "off"] = "off"
+    # column type has a binary decoder in pgcdc, text otherwise (decoder/transfer.py); the
+    # common types decode in C in both formats (docs/benchmarks.md, "Binary values")
+    binary: Literal["auto", "on", "off"] = "auto"
 
     _tables = field_validator("tables", mode="before")(_split_tables)
 

@@ -104,7 +104,7 @@ class PipelineConfig:
     # pgoutput's origin option (PostgreSQL 16+): "any" (the server's default) or "none"
     origin: str | None = None
     # pgoutput's binary option (PostgreSQL 14+): "auto", "on" or "off" (decoder/transfer.py)
-    binary: str = "off"
+    binary: str = "auto"
 
 
 @dataclass

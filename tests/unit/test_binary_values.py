@@ -291,7 +291,7 @@ def test_the_tuple_loops_call_the_binary_decoders(loop: Any) -> None:
 
 def test_the_binary_setting() -> None:
     base = {"dsn": "dbname=x"}
-    assert load_settings(base, environ={}).source.binary == "off"  # the default
+    assert load_settings(base, environ={}).source.binary == "auto"  # the default
     assert load_settings({**base, "binary": "off"}, environ={"PGCDC_BINARY": "on"}
                          ).source.binary == "off"
     with pytest.raises(ConfigError, match="source.binary.*from PGCDC_BINARY"):
