@@ -5,11 +5,10 @@
 
 /* --- Binary values: the send formats of the hot types, compiled -----------------------------
  *
- * binary_decoder(kind, fallback, element=None, element_oid=0) makes a BinaryDecoder: a
- * callable that turns the bytes of one binary column value (pgoutput's binary option: the
- * type's send function output) into the Python value decoder/binary.py returns for them.
- * decode_row calls it on the tuple's bytes in place, without a bytes object or a Python
- * frame.
+ * BinaryDecoder(kind, fallback, element=None, element_oid=0) is a callable that turns the
+ * bytes of one binary column value (pgoutput's binary option: the type's send function
+ * output) into the Python value decoder/binary.py returns for them.  decode_row calls it
+ * on the value where it lies in the message, without a bytes object or a Python frame.
  *
  * The C code reads only the common case of each format.  Whatever it cannot turn into
  * exactly the reference's value (infinity, BC and years past 9999, NaN and infinite
@@ -18,11 +17,12 @@
  * decoder (decoder/binary.py), which returns the value or raises the error naming the
  * type.  tests/unit/test_fastrow_binary.py checks both against each other.
  *
- * Formats (PostgreSQL's src/backend/utils/adt/\*.c, *_send): integers and floats big-endian;
- * numeric is ndigits, weight, sign, dscale (Int16 each), then ndigits base-10000 digits;
- * dates are Int32 days and timestamps Int64 microseconds since 2000-01-01; jsonb a version
- * byte (1) and its text; arrays ndim, flags, element OID, (size, lower bound) per dimension,
- * then each element as Int32 length (-1: NULL) and its bytes.
+ * Formats (the *_send functions in PostgreSQL's src/backend/utils/adt/): integers and
+ * floats big-endian; numeric is ndigits, weight, sign, dscale (Int16 each), then ndigits
+ * base-10000 digits; dates are Int32 days and timestamps Int64 microseconds since
+ * 2000-01-01; jsonb a version byte (1) and its text; arrays ndim, flags, element OID,
+ * (size, lower bound) per dimension, then each element as Int32 length (-1: NULL) and its
+ * bytes.
  */
 
 enum {
