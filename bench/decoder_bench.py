@@ -314,10 +314,11 @@ class ProcessCpu:
     def __init__(self, marker: str) -> None:
         self._pid = next((int(e) for e in os.listdir("/proc") if e.isdigit()
                           and marker.encode() in _cmdline(e)), None)
-        self._start = self._now()
+        self._start = self.cpu_seconds()
         self.seconds: float | None = None
 
-    def _now(self) -> float | None:
+    def cpu_seconds(self) -> float | None:
+        """The process's CPU seconds so far (None: not found, or gone)."""
         if self._pid is None:
             return None
         try:
@@ -326,7 +327,7 @@ class ProcessCpu:
             return None
 
     def stop(self) -> float | None:
-        end = self._now()
+        end = self.cpu_seconds()
         if end is not None and self._start is not None:
             self.seconds = end - self._start
         return self.seconds
