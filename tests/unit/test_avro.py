@@ -246,7 +246,7 @@ def test_unusual_events_fall_back_to_the_same_bytes(compiled: bool) -> None:
                   base._replace(op="x")):
         assert encoder.encode(event, server_name="s", now_ms=1) == (
             reference.key(event), reference.value(event, server_name="s", now_ms=1))
-    for bad in (base._replace(lsn=2**64 - 1), base._replace(commit_lsn=True),
+    for bad in (base._replace(lsn=2**64 - 1), base._replace(xid="7"),
                 base._replace(after=[("order id", 1)])):
         errors = []
         for enc in (encoder, reference):
