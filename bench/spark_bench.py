@@ -321,7 +321,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         lake = Path(tmp) / "lake"
         config = job.JobConfig(broker.bootstrap_servers, lake.as_uri(),
                                (Path(tmp) / "cp").as_uri(), topic_prefix="lat",
-                               trigger_seconds=args.trigger)
+                               trigger_seconds=args.trigger, optimize_every=args.optimize_every)
         query = job.start(spark, config)
         table = lake / "bench.latency"
         try:
@@ -373,6 +373,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rate_rows_per_s": args.rate, "rows_per_txn": args.rows_per_txn,
         "trigger_s": args.trigger, "seconds": args.seconds,
+        "optimize_every": args.optimize_every,
         "achieved_rows_per_s": round(len(commits) * args.rows_per_txn / written["elapsed"], 1),
         "late_commits": written["late"], "transactions": len(commits),
         "measured": len(latencies), "never_visible": missing, "delta_commits": len(seen),
@@ -399,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0,
                         help="latency: seconds at the start left out of the percentiles")
     parser.add_argument("--trigger", type=float, default=1.0, help="latency: trigger, seconds")
+    parser.add_argument("--optimize-every", type=int, default=None,
+                        help="latency: compact the table every N micro-batches")
     parser.add_argument("--event-log", type=Path,
                         help="write Spark's event log here and print the jobs per step")
     parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)

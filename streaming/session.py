@@ -52,6 +52,11 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2",
+        # adaptive execution runs every shuffle stage as a job of its own and re-plans between
+        # them: with a few thousand rows per micro-batch that is most of a batch's time
+        # (a catch-up of 270,020 events in 10,000-offset batches: 339 Spark jobs instead of
+        # 445, 122 s instead of 222 s; docs/benchmarks.md)
+        "spark.sql.adaptive.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "2g",
