@@ -213,10 +213,10 @@ def catchup(args: argparse.Namespace) -> dict[str, Any]:
                 log.info("warm-up run (not measured)")
                 _run_catchup(spark, broker.bootstrap_servers, prefix, max(args.batch_sizes),
                              Path(tmp) / "warm")
-            for size in args.batch_sizes:
+            for i, size in enumerate(args.batch_sizes):  # a size may repeat: own folders
                 load_before = os.getloadavg()[0]
                 run = _run_catchup(spark, broker.bootstrap_servers, prefix, size,
-                                   Path(tmp) / f"run{size}")
+                                   Path(tmp) / f"run{i}-{size}")
                 run["events_per_s"] = round(events / run["seconds"])
                 run["equal_to_source"] = (run["lake_rows"], run["lake_id_sum"]) == (
                     int(source[0]), int(source[1] or 0))
