@@ -30,11 +30,11 @@ def _copied() -> set[str]:
 
 
 def _extension_sources() -> list[str]:
+    """The C files setup.py names."""
     tree = ast.parse((ROOT / "setup.py").read_text())
-    return [str(elt.value) for node in ast.walk(tree)
-            if isinstance(node, ast.keyword) and node.arg == "sources"
-            and isinstance(node.value, ast.List)
-            for elt in node.value.elts if isinstance(elt, ast.Constant)]
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.endswith(".c")]
 
 
 def test_the_image_holds_every_package_and_builds_the_compiled_modules() -> None:
