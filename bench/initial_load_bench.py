@@ -272,12 +272,15 @@ def main() -> None:
     parser.add_argument("--format", choices=["avro", "json"], default="avro")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
     parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: a throwaway one)")
+    parser.add_argument("--producer", action="append", default=[], metavar="KEY=VALUE",
+                        help="a librdkafka producer property for (d) and (e), e.g. linger.ms=50")
     parser.add_argument("--only", default="a,b,c,d,e", help="which measurements, e.g. a,d")
     parser.add_argument("--stages", action="store_true",
                         help="also: one thread's CPU per row by stage, into Kafka")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     only = set(args.only.split(","))
+    producer_config = dict(item.split("=", 1) for item in args.producer)
     server = broker = None
     work = Path(tempfile.mkdtemp(prefix="pgcdc-bench-"))
     try:
@@ -311,7 +314,8 @@ def main() -> None:
         if "d" in only:
             assert servers is not None
             factory = functools.partial(KafkaSink, servers, topic_prefix="bench",
-                                        value_format=args.format)
+                                        value_format=args.format,
+                                        producer_config=producer_config)
             results["d"] = _timed(f"(d) initial load into Kafka ({args.format}), {how}", total,
                                   lambda: initial_load(dsn, factory, "bench_kafka",
                                                        work / "kafka.json", args.readers,
@@ -319,7 +323,8 @@ def main() -> None:
         if "e" in only and args.workers:
             assert servers is not None
             factory = functools.partial(KafkaSink, servers, topic_prefix="bench_threads",
-                                        value_format=args.format)
+                                        value_format=args.format,
+                                        producer_config=producer_config)
             results["e"] = _timed(f"(e) initial load into Kafka ({args.format}), "
                                   f"{args.readers} reader threads", total,
                                   lambda: initial_load(dsn, factory, "bench_threads",

@@ -354,6 +354,17 @@ class _Version:
                 _string("pgcdc-1") + _string(CONNECTOR) + _string(server_name))
         return head
 
+    def read_frame(self, server_name: str, lsn: int, commit_time: int) -> tuple[bytes, bytes]:
+        """The constant bytes of a read event's value around its ordinal (sinks/_loadfast.c):
+        what :meth:`value` writes after the Row record up to the ordinal, and from there up
+        to ``ts_ms`` (the load's events: ``xid`` 0, ``lsn`` and ``commit_lsn`` the load's)."""
+        middle = bytearray(self.head(server_name))
+        _envelope_long(middle, unix_millis(commit_time))
+        middle += self._read_snapshot
+        for number in (0, lsn, lsn):  # txId, lsn, commit_lsn
+            _envelope_long(middle, number)
+        return bytes(middle), self._table + _OPS["r"]
+
     def key(self, event: ChangeEvent) -> bytes:
         row = event.after if event.after is not None else event.before
         if row is None:
@@ -432,6 +443,11 @@ class AvroEncoder:
                now_ms: int) -> tuple[bytes, bytes]:
         """The key and the value of one event."""
         return self.encoder_for(event.table, server_name)(event, now_ms)
+
+    def read_frame(self, table: TableVersion, server_name: str, lsn: int,
+                   commit_time: int) -> tuple[bytes, bytes]:
+        """See :meth:`_Version.read_frame`."""
+        return self._version(table).read_frame(server_name, lsn, commit_time)
 
     def encoder_for(self, table: TableVersion, server_name: str) -> EventEncoder:
         """What :meth:`encode` does for the events of one table version, without looking the

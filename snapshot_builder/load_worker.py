@@ -52,6 +52,7 @@ from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc.errors import TerminalError, TransientError
+from sinks.loadfast import FastLoad
 from sinks.sink import Sink
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.chunk_reader import (
@@ -59,9 +60,11 @@ from snapshot_builder.chunk_reader import (
     Halted,
     begin_in_snapshot,
     chunk_batches,
+    copy_query,
     lock_tables,
 )
 from snapshot_builder.generation import GenerationCache, SharedGeneration
+from snapshot_builder.load_state import MAX_CHUNK_ROWS, ordinal
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +147,10 @@ class _Reader:
     """One worker's state: its connection, its sink, its caches of derived objects."""
 
     def __init__(self, worker: int, setup: WorkerSetup, conn: psycopg.Connection[Any],
-                 sink: Sink, results: Any, halt: Any, catalog: SharedGeneration) -> None:
+                 sink: Sink, results: Any, halt: Any, catalog: SharedGeneration,
+                 fast: FastLoad | None = None) -> None:
         self.worker, self.setup, self.conn, self.sink = worker, setup, conn, sink
+        self.fast = fast  # COPY lines straight to Kafka (sinks/loadfast.py), where it serves
         self.results, self.halt, self.catalog = results, halt, catalog
         self.parent = os.getppid()
         self.registry = TypeRegistry()
@@ -178,6 +183,9 @@ class _Reader:
             if item is None:
                 return
             number, task = item
+            if self.fast is not None:
+                self._fast_chunk(number, task, self.fast)
+                continue
             table = task.table.table
             rows = 0
             for events in chunk_batches(self.conn, task, partial(self.decoder_for, table),
@@ -192,6 +200,38 @@ class _Reader:
                     self.results.put(Rows(self.worker, number, len(events)))
             self._durable()
             self.results.put(Done(self.worker, number, rows))
+
+    def _fast_chunk(self, number: int, task: ChunkTask, fast: FastLoad) -> None:
+        """One chunk through the compiled path: the same events, checks and reports as
+        :func:`chunk_batches` and the loop in :meth:`run`, per batch of rows."""
+        setup, table = self.setup, task.table.table
+        base = ordinal(setup.generation, task.index, 0)
+        rows = 0
+        decoder = self.decoder_for(table)  # before the COPY: building one may query types
+        with self.conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+            lines = iter(copy)
+            while True:
+                plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time)
+                limit = min(setup.batch_rows, MAX_CHUNK_ROWS - rows)
+                taken = plan.rows(lines, limit, base + rows, int(time.time() * 1000))
+                rows += taken
+                if taken:
+                    self.results.put(Rows(self.worker, number, taken))
+                if taken < limit:
+                    break
+                decoder = self.decoder_for(table)
+                if rows >= MAX_CHUNK_ROWS:
+                    if next(lines, None) is not None:
+                        msg = (f"chunk {task.index} of {table.qualified_name} holds more "
+                               f"than {MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
+                        raise ValueError(msg)
+                    break
+        self._durable()
+        if not fast.durable(setup.flush_timeout):
+            msg = (f"a load worker's Kafka producer did not make its chunk durable within "
+                   f"{setup.flush_timeout:.0f} s; run again: the load resumes")
+            raise NotDurableError(msg)
+        self.results.put(Done(self.worker, number, rows))
 
     def _next(self, tasks: Any) -> tuple[int, ChunkTask] | None:
         while True:
@@ -227,10 +267,14 @@ def worker_main(worker: int, setup: WorkerSetup, tasks: Any, results: Any, halt:
             lock_tables(conn, list(setup.lock))
             results.put(Ready(worker))
             sink = setup.sink_factory()
+            fast = FastLoad.for_sink(sink)
             try:
-                _Reader(worker, setup, conn, sink, results, halt, catalog).run(tasks)
+                _Reader(worker, setup, conn, sink, results, halt, catalog, fast).run(tasks)
             except Halted:
                 pass
+            finally:
+                if fast is not None:
+                    fast.close()
         results.put(Exited(worker, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     except BaseException as exc:
         results.put(WorkerFailed(worker, _portable(exc)))

@@ -1,0 +1,173 @@
+"""The initial load's fast path: COPY rows straight to Kafka as Avro read events.
+
+A load worker (snapshot_builder/load_worker.py) writing to a plain :class:`~sinks.kafka.
+KafkaSink` in Avro hands each COPY text line to :mod:`sinks._loadfast` (compiled), which
+writes the read event's key and value, the same bytes :class:`~sinks.avro.AvroEncoder`
+gives for the event the slow path builds (tests/unit/test_loadfast.py), and produces it
+through a librdkafka producer of its own, configured like the sink's producer (same
+partitioner, idempotent, ``acks=all``) with the same topic and headers.  Values the
+compiled code does not write exactly go through each column's Python fallback: the
+stream's decoder, then the Avro writer of sinks/avro.py.
+
+Durability is the sink's: :meth:`FastLoad.durable` flushes the producer and raises
+:class:`~sinks.acks.DeliveryError` for any message that failed; the worker reports a chunk
+done only after that.  Not used (the worker keeps the slow path) when the compiled module
+is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is JSON,
+the sink is transactional or writes a transaction topic, or librdkafka's library
+cannot be found.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from decoder.change import RowDecoder
+from decoder.values import DATE, NUMERIC, TIMESTAMP, TIMESTAMPTZ
+from sinks.acks import DeliveryError
+from sinks.avro import _PRIMITIVE, _WRITERS, AvroEncoder
+from sinks.kafka import KafkaSink
+from snapshot_builder.catalog import Column, TableVersion
+
+log = logging.getLogger(__name__)
+
+try:
+    from sinks import _loadfast
+except ImportError:  # not built: the load takes the slow path
+    _loadfast = None  # type: ignore[assignment]
+
+_INT_ARRAYS = {1005, 1007, 1016}  # _int2, _int4, _int8
+_INTS = {21, 23}  # int2, int4 -> Avro int
+_LONGS = {20, 26}  # int8, oid -> Avro long
+
+
+def _kind(column: Column, decode: Callable[[str], Any] | None) -> int:
+    """The compiled writer of a column (``_loadfast.FALLBACK``: its Python fallback)."""
+    assert _loadfast is not None
+    avro = _PRIMITIVE.get(column.type_name, "string")
+    oid = column.type_oid
+    if avro == "string":
+        if decode is None:  # the row keeps COPY's text, which text_of leaves as it is
+            return _loadfast.TEXT
+        return {NUMERIC: _loadfast.NUMERIC, DATE: _loadfast.DATE, TIMESTAMP: _loadfast.TIMESTAMP,
+                TIMESTAMPTZ: _loadfast.TIMESTAMP,
+                **dict.fromkeys(_INT_ARRAYS, _loadfast.INT_ARRAY)}.get(oid, _loadfast.FALLBACK)
+    compiled = {("boolean", 16): _loadfast.BOOLEAN, ("float", 700): _loadfast.FLOAT,
+                ("double", 701): _loadfast.DOUBLE,
+                **{("int", o): _loadfast.INT for o in _INTS},
+                **{("long", o): _loadfast.LONG for o in _LONGS}}
+    return compiled.get((avro, oid), _loadfast.FALLBACK)
+
+
+def _fallback(column: Column, decode: Callable[[str], Any] | None) -> Callable[[str], bytes]:
+    """A non-null COPY value (its text) as its Avro field, as the slow path writes it."""
+    write = _WRITERS[_PRIMITIVE.get(column.type_name, "string")]
+
+    def field(text: str) -> bytes:
+        out = bytearray()
+        write(out, text if decode is None else decode(text))
+        return bytes(out)
+
+    return field
+
+
+def compile_table(producer: Any, table: TableVersion, decoder: RowDecoder,
+                  encoder: AvroEncoder, server_name: str, topic: str,
+                  headers: list[tuple[str, str | bytes | None]], lsn: int,
+                  commit_time: int) -> Any:
+    """A table version's :class:`sinks._loadfast.Table`: its read events (``lsn`` the load's
+    LSN) into ``topic`` with ``headers`` through ``producer``."""
+    assert _loadfast is not None
+    decoders = {column[0]: column[1] for column in decoder.columns}
+    positions = {c.name: i for i, c in enumerate(table.columns)}
+    middle, tail = encoder.read_frame(table, server_name, lsn, commit_time)
+    return _loadfast.Table(
+        producer, topic, [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers],
+        tuple(_kind(c, decoders[c.name]) for c in table.columns),
+        tuple(_fallback(c, decoders[c.name]) for c in table.columns),
+        tuple(positions[c.name] for c in table.key_columns), middle, tail)
+
+
+def librdkafka_path() -> str | None:
+    """The librdkafka confluent_kafka loaded (its wheel's copy), else the system's."""
+    import ctypes.util
+
+    import confluent_kafka
+
+    package = Path(confluent_kafka.__file__).resolve().parent
+    for folder in (package.parent / "confluent_kafka.libs", package / ".libs", package):
+        found = sorted(folder.glob("librdkafka*.so*"))
+        if found:
+            return str(found[0])
+    return ctypes.util.find_library("rdkafka")
+
+
+def _config_text(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return None  # a Python callback: not a librdkafka property
+
+
+class FastLoad:
+    """One worker's fast path into one Kafka sink: its producer and its table plans."""
+
+    def __init__(self, sink: KafkaSink, library: str) -> None:
+        assert _loadfast is not None
+        self.sink = sink
+        config = [(k, text) for k, v in sink._producer_config.items()  # noqa: SLF001
+                  if (text := _config_text(v)) is not None]
+        # a delivery report for each failed message only: the successes are what flush()
+        # waits for, and a report per message costs more than producing it
+        config.append(("delivery.report.only.error", "true"))
+        self.producer = _loadfast.Producer(library, config)
+        self._plans: dict[int, tuple[RowDecoder, Any]] = {}
+
+    @classmethod
+    def for_sink(cls, sink: object) -> FastLoad | None:
+        """The fast path for ``sink``, or None where the slow path must serve (module doc)."""
+        if _loadfast is None or os.environ.get("PGCDC_PURE_PYTHON") == "1" \
+                or os.environ.get("PGCDC_LOAD_FAST") == "0":
+            return None
+        if type(sink) is not KafkaSink or not isinstance(sink.encoder, AvroEncoder) \
+                or sink.transaction_topic is not None:
+            return None
+        library = librdkafka_path()
+        if library is None:
+            log.info("initial load: librdkafka's library not found; the slow path serves")
+            return None
+        return cls(sink, library)
+
+    def plan(self, table: TableVersion, decoder: RowDecoder, lsn: int, commit_time: int) -> Any:
+        """The compiled plan of a table version's rows (rebuilt when the decoder changed:
+        a new catalog generation).  The table version is published already."""
+        cached = self._plans.get(table.oid)
+        if cached is not None and cached[0] is decoder:
+            return cached[1]
+        sink = self.sink
+        assert isinstance(sink.encoder, AvroEncoder)
+        _, topic, headers, _ = sink._route(table)  # noqa: SLF001
+        plan = compile_table(self.producer, table, decoder, sink.encoder, sink.prefix, topic,
+                             headers, lsn, commit_time)
+        self._plans[table.oid] = (decoder, plan)
+        return plan
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+
+    def durable(self, timeout: float) -> bool:
+        """Flush; True when every message produced is acknowledged.  Raises DeliveryError for
+        a failed one."""
+        try:
+            left = self.producer.flush(int(timeout * 1000))
+        except RuntimeError as exc:
+            raise DeliveryError(str(exc)) from exc
+        return left == 0
+
+    def close(self) -> None:
+        self._plans.clear()
+        self.producer.close()
