@@ -261,6 +261,51 @@ def stages(dsn: str, sink: Sink) -> list[tuple[str, float]]:
     return out
 
 
+def kafka_floor(dsn: str, sink: KafkaSink) -> tuple[int, float, float, float]:
+    """(f): the load's Avro read events produced from memory, no PostgreSQL: every COPY line
+    of both tables read into a list first (not measured), then the compiled path's encoding
+    and producer (sinks/loadfast.py) in this process, flushed.  Returns the rows and CPU us
+    per row: of the calling thread (encoding, librdkafka's producev), of this whole process
+    (librdkafka's threads included) and of the broker."""
+    from decoder.change import RowDecoder
+    from decoder.replication import SESSION_OPTIONS
+    from decoder.types import load_types
+    from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+    from sinks.loadfast import FastLoad
+    from snapshot_builder.chunk_reader import ChunkTask, copy_query
+    from snapshot_builder.load_state import ChunkState
+    from snapshot_builder.published import fetch_published_tables
+
+    fast = FastLoad.for_sink(sink)
+    if fast is None:
+        msg = "the compiled load path is not available (sinks/loadfast.py): no (f)"
+        raise RuntimeError(msg)
+    plans, lines = [], []
+    with psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
+        catalog = fetch_published_tables(conn, "bench", captured=False)
+        registry = TypeRegistry()
+        load_types(conn, {c.type_oid for t in catalog.values() for c in t.table.columns
+                          if c.type_oid >= FIRST_NORMAL_OID}, registry)
+        for published in catalog.values():
+            table = published.table
+            sink.publish_table(table, 1)
+            plans.append(fast.plan(table, RowDecoder(table, registry.decoder_for), 1, 0))
+            task = ChunkTask(published, None, 0, ChunkState(0, None), None)
+            with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+                lines.append([bytes(line) for line in copy])
+    rows = sum(len(table_lines) for table_lines in lines)
+    main, cpu, kafka = time.thread_time(), time.process_time(), _servers_cpu()[1]
+    for plan, table_lines in zip(plans, lines, strict=True):
+        plan.rows(iter(table_lines), len(table_lines), 0, int(time.time() * 1000))
+    main = time.thread_time() - main  # encoding and handing over (producev); not the flush
+    if not fast.durable(120):
+        msg = "(f): the events were not all acknowledged within 120 s"
+        raise RuntimeError(msg)
+    cpu, kafka = time.process_time() - cpu, _servers_cpu()[1] - kafka
+    fast.close()
+    return rows, main / rows * 1e6, cpu / rows * 1e6, kafka / rows * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -274,9 +319,12 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: a throwaway one)")
     parser.add_argument("--producer", action="append", default=[], metavar="KEY=VALUE",
                         help="a librdkafka producer property for (d) and (e), e.g. linger.ms=50")
-    parser.add_argument("--only", default="a,b,c,d,e", help="which measurements, e.g. a,d")
+    parser.add_argument("--only", default="a,b,c,d,e,f", help="which measurements, e.g. a,d")
     parser.add_argument("--stages", action="store_true",
                         help="also: one thread's CPU per row by stage, into Kafka")
+    parser.add_argument("--warm-up", type=int, default=200_000, metavar="ROWS",
+                        help="a throwaway broker's JIT warm-up before (d): a load of this many "
+                             "rows into other topics, not measured (0: none)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     only = set(args.only.split(","))
@@ -290,13 +338,15 @@ def main() -> None:
             dsn = server.dsn()
             _SERVERS[0] = int((server.datadir / "postmaster.pid").read_text().split()[0])
         servers = args.bootstrap_servers
-        if servers is None and only & {"d", "e"}:
+        if servers is None and only & {"d", "e", "f"}:
             broker = KafkaBroker().start()
             servers = broker.bootstrap_servers
             _SERVERS[1] = broker._proc.pid if broker._proc is not None else None  # noqa: SLF001
         rows = create_tables(dsn, args.rows)
         total = sum(rows.values())
         copy_sequential(dsn)  # warm the cache: every measurement reads from memory
+        if broker is not None and args.warm_up:
+            warm_up(dsn, servers, args, work)
         results: dict[str, Measure] = {}
         how = (f"{args.workers} worker processes" if args.workers
                else f"{args.readers} reader threads")
@@ -331,6 +381,8 @@ def main() -> None:
                                                        work / "threads.json", args.readers,
                                                        args.chunk_pages, 0))
         report(results, args, total)
+        if "f" in only and servers is not None and "a" in results:
+            floor(dsn, servers, args, results["a"])
         if args.stages and servers is not None:
             kafka = KafkaSink(servers, topic_prefix="bench_stages", value_format=args.format)
             print("\none thread, CPU us per row (this process, librdkafka's threads included):")
@@ -343,6 +395,44 @@ def main() -> None:
         if server is not None:
             server.cleanup()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def warm_up(dsn: str, servers: str | None, args: Any, work: Path) -> None:
+    """A fresh broker compiles its hot paths during its first seconds of load (about a second
+    of CPU at 1,000,000 events): a production broker is warm, so is the measured one."""
+    assert servers is not None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE warm_up AS SELECT * FROM bench_orders LIMIT %s",
+                     (args.warm_up,))
+        conn.execute("ALTER TABLE warm_up ADD PRIMARY KEY (id)")
+        conn.execute("CREATE PUBLICATION bench_warm_up FOR TABLE warm_up")
+    factory = functools.partial(KafkaSink, servers, topic_prefix="bench_warm_up")
+    sink = factory()
+    load = InitialLoad(LoadConfig(dsn, work / "warm_up.json", slot="bench_warm_up",
+                                  publication="bench_warm_up", capture_ddl=False,
+                                  workers=args.workers, sink_factory=factory), sink)
+    load.run()
+    sink.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('bench_warm_up')")
+    log.info("broker warmed up: %d rows loaded into other topics", args.warm_up)
+
+
+def floor(dsn: str, servers: str, args: Any, ceiling: Measure) -> None:
+    """(f) and the rate it bounds: no loader through librdkafka into this broker can be faster
+    than the machine's cores over the CPU a row costs PostgreSQL's COPY (from (a)), the
+    producer and the broker."""
+    sink = KafkaSink(servers, topic_prefix="bench_floor", value_format=args.format)
+    rows, main, producer, broker = kafka_floor(dsn, sink)
+    sink.close()
+    pg = ceiling.servers[0] / ceiling.rows * 1e6
+    cores = len(os.sched_getaffinity(0))
+    bound = cores / (pg + producer + broker) * 1e6
+    print(f"\n(f) the {rows:,} events from memory through the compiled producer (no PostgreSQL):"
+          f" producer {producer:.2f} (of which encoding and producev {main:.2f}, librdkafka's "
+          f"threads {producer - main:.2f}) + broker {broker:.2f} CPU us per row; with COPY's "
+          f"{pg:.2f} us of PostgreSQL, {cores} cores bound any load into this broker to "
+          f"{bound:,.0f} rows/s = {bound / ceiling.rate:.3f} x (a)")
 
 
 def report(results: dict[str, Measure], args: Any, total: int) -> None:

@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from decoder.change import RowDecoder
 from decoder.values import DATE, NUMERIC, TIMESTAMP, TIMESTAMPTZ
@@ -103,6 +107,38 @@ def librdkafka_path() -> str | None:
         if found:
             return str(found[0])
     return ctypes.util.find_library("rdkafka")
+
+
+def libpq_path() -> str | None:
+    """The libpq this process loaded (psycopg's), from /proc/self/maps; None if not found."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if "/libpq" in path and ".so" in path:
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+@contextmanager
+def copy_lines(conn: psycopg.Connection[Any], query: sql.Composed) -> Iterator[Iterator[Any]]:
+    """The lines of ``COPY ... TO STDOUT`` on ``conn``: from libpq itself (sinks/_loadfast.c's
+    CopyOut) where its library is found, else through psycopg.  Leaving the block ends the
+    COPY (the rows left are read and dropped)."""
+    library = libpq_path() if _loadfast is not None else None
+    if library is None:
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            yield iter(copy)
+        return
+    assert _loadfast is not None
+    pointer: int = getattr(conn.pgconn, "pgconn_ptr")  # noqa: B009 - not in the stubs
+    lines = _loadfast.CopyOut(library, pointer, query.as_bytes(conn))
+    try:
+        yield lines
+    finally:
+        lines.close()
 
 
 def _config_text(value: Any) -> str | None:

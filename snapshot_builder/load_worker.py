@@ -52,7 +52,7 @@ from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc.errors import TerminalError, TransientError
-from sinks.loadfast import FastLoad
+from sinks.loadfast import FastLoad, copy_lines
 from sinks.sink import Sink
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.chunk_reader import (
@@ -208,8 +208,7 @@ class _Reader:
         base = ordinal(setup.generation, task.index, 0)
         rows = 0
         decoder = self.decoder_for(table)  # before the COPY: building one may query types
-        with self.conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
-            lines = iter(copy)
+        with copy_lines(self.conn, copy_query(task)) as lines:
             while True:
                 plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time)
                 limit = min(setup.batch_rows, MAX_CHUNK_ROWS - rows)

@@ -17,9 +17,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from sinks import loadfast as loadfast_module
 from sinks.kafka import KafkaSink, topic_name
-from sinks.loadfast import FastLoad
+from sinks.loadfast import FastLoad, copy_lines, libpq_path
 from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from tests.oracle import raw_records, read_topic
 
@@ -98,3 +100,29 @@ def test_compiled_load_gives_the_slow_paths_records(pg_conn: Conn, pg_dsn: str,
     assert decoded["fast"] == decoded["slow"]
     assert len({r[1] for r in raw["fast"]}) == 3  # the keys spread over every partition
 
+
+
+def test_copy_lines_from_libpq_equal_psycopgs(pg_conn: Conn) -> None:
+    """The COPY read through libpq itself gives psycopg's lines, leaves the connection in
+    its state (mode, transaction) when read to the end or left half read, and reports a
+    refused COPY with the server's message."""
+    path = libpq_path()
+    assert path is not None and loadfast_module._loadfast is not None  # noqa: SLF001
+    pg_conn.execute("CREATE TABLE lines (id int, t text)")
+    pg_conn.execute("INSERT INTO lines SELECT g, E'a\\tb ' || g FROM generate_series(1, 5000) g")
+    query = sql.SQL("COPY (SELECT * FROM lines ORDER BY id) TO STDOUT")
+    with pg_conn.cursor() as cur, cur.copy(query) as copy:
+        expected = [bytes(line) for line in copy]
+    nonblocking = pg_conn.pgconn.nonblocking
+    with pg_conn.transaction():
+        with copy_lines(pg_conn, query) as lines:
+            assert [bytes(line) for line in lines] == expected
+        assert pg_conn.pgconn.nonblocking == nonblocking
+        with copy_lines(pg_conn, query) as lines:
+            assert next(lines) == expected[0]  # left after one row: the rest is dropped
+        assert pg_conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert pg_conn.execute("SELECT count(*) FROM lines").fetchone() == (5000,)
+    with pytest.raises(ConnectionError, match='relation "missing" does not exist'), \
+            copy_lines(pg_conn, sql.SQL("COPY missing TO STDOUT")):
+        pass
+    assert pg_conn.execute("SELECT 1").fetchone() == (1,)
