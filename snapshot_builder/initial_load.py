@@ -228,6 +228,7 @@ class InitialLoad:
         self.progress = LoadProgress()
         self._written: list[Batch] = []
         self._block_size = 8192  # the server's, read with the plan
+        self._pool: WorkerPool | None = None  # the worker processes of a run
 
     # --- what to do ---------------------------------------------------------------------------
 
@@ -260,19 +261,27 @@ class InitialLoad:
                 self._check_resumable(state, slot)
         if state is not None and state.status == COMPLETE:
             return LoadSummary(state, self.progress, resumed=False, complete=True)
-        if state is None:
-            state, snapshot = self._create_slot()
-        else:
-            if identify_system(cfg.dsn) != (state.system_identifier, state.database):
-                msg = (f"{self.store.path} holds a load from database {state.database!r} of "
-                       f"system {state.system_identifier}, not this one: choose another state "
-                       "file")
-                raise LoadStateError(msg)
-            snapshot = self._export_snapshot(state)
+        # worker processes start now: they import pgcdc and open their sinks while the slot
+        # and its snapshot are made, then wait for the snapshot (WorkerPool.configure)
+        self._pool = WorkerPool(cfg.workers, cfg.sink_factory).start() \
+            if cfg.workers and cfg.sink_factory is not None else None
         try:
-            return self._load(state, snapshot, stop, on_progress)
+            if state is None:
+                state, snapshot = self._create_slot()
+            else:
+                if identify_system(cfg.dsn) != (state.system_identifier, state.database):
+                    msg = (f"{self.store.path} holds a load from database {state.database!r} "
+                           f"of system {state.system_identifier}, not this one: choose another "
+                           "state file")
+                    raise LoadStateError(msg)
+                snapshot = self._export_snapshot(state)
+            try:
+                return self._load(state, snapshot, stop, on_progress)
+            finally:
+                snapshot.close()
         finally:
-            snapshot.close()
+            if self._pool is not None:
+                self._pool.stop()  # if no snapshot took it over (nothing to load, an error)
 
     def _check_resumable(self, state: LoadState, info: SlotInfo | None) -> None:
         cfg = self.config
@@ -385,14 +394,12 @@ class InitialLoad:
         """Reader connections (threads) or worker processes import the snapshot and lock
         every table; only then the exporting connection may close."""
         cfg = self.config
-        if cfg.workers:
-            assert cfg.sink_factory is not None
+        if self._pool is not None:
             setup = WorkerSetup(cfg.dsn, self._options(), snapshot.name,
                                 tuple((t.table.schema, t.table.name) for t in tables),
-                                cfg.sink_factory, load_lsn, generation, started, cfg.batch_rows,
-                                cfg.flush_timeout)
-            snapshot.pool = WorkerPool(cfg.workers, setup,
-                                       catalog_generation=self._catalog_generation()).start()
+                                load_lsn, generation, started, cfg.batch_rows, cfg.flush_timeout)
+            snapshot.pool = self._pool
+            snapshot.pool.configure(setup, self._catalog_generation())
             try:
                 snapshot.pool.wait_ready(timeout=60 + cfg.lock_timeout)
             except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:

@@ -6,21 +6,24 @@ load spreads them over processes (``multiprocessing``, ``spawn``: the parent
 holds librdkafka threads, which ``fork`` would copy in a broken state).  Each
 worker:
 
-1. connects with the replication session's settings, imports the load's
-   snapshot (``SET TRANSACTION SNAPSHOT``), locks every table to load in ACCESS
-   SHARE mode and reports :class:`Ready`; the parent keeps the exporting
-   connection open until every worker did;
-2. opens its own sink with the parent's factory (for Kafka: its own producer)
-   and publishes each table version it writes (idempotent: the parent published
-   it first);
+1. starts while the parent creates the slot (or exports a snapshot): imports pgcdc,
+   opens its own sink with the parent's factory (for Kafka: its own producer) and waits
+   for the load's setup (:meth:`WorkerPool.configure`);
+2. connects with the replication session's settings, imports the load's snapshot (``SET
+   TRANSACTION SNAPSHOT``), locks every table to load in ACCESS SHARE mode and reports
+   :class:`Ready`; the parent keeps the exporting connection open until every worker did;
+   it publishes each table version it writes (idempotent: the parent published it first);
 3. takes chunks from the shared task queue; per batch of rows it checks the
    catalog generation in shared memory (:class:`~snapshot_builder.generation.
    SharedGeneration`) against its :class:`~snapshot_builder.generation.
    GenerationCache` of row decoders and type registry, stops if the parent
-   halted or died, writes the events and reports :class:`Rows`;
+   halted or died, writes the events and reports :class:`Rows`; into a Kafka sink in
+   Avro the rows go from libpq to librdkafka through compiled code (sinks/loadfast.py),
+   the same records without a Python object per row;
 4. at the end of a chunk: ``end_transaction(load LSN)``, ``flush``, nothing in
-   flight and the durable LSN at the load LSN (which raises a delivery error);
-   only then :class:`Done`, on which the parent records the chunk done.
+   flight and the durable LSN at the load LSN (which raises a delivery error), and the
+   compiled path's producer flushed with no failed delivery; only then :class:`Done`,
+   on which the parent records the chunk done.
 
 Memory per worker is bounded: one batch of events plus the producer's queue.
 Errors travel to the parent as :class:`WorkerFailed`; a worker that dies without a word
@@ -97,7 +100,6 @@ class WorkerSetup:
     options: str  # libpq options: the replication session's settings and lock_timeout
     snapshot: str  # the exported snapshot to import
     lock: tuple[tuple[str, str], ...]  # (schema, name) of every table to load
-    sink_factory: SinkFactory
     load_lsn: int
     generation: int  # the load's generation (read positions)
     commit_time: int
@@ -254,30 +256,35 @@ class _Reader:
             raise NotDurableError(msg)
 
 
-def worker_main(worker: int, setup: WorkerSetup, tasks: Any, results: Any, halt: Any,
-                catalog: SharedGeneration) -> None:
-    """The entry point of a worker process (module level, so ``spawn`` can import it)."""
+def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any, results: Any,
+                halt: Any, catalog: SharedGeneration) -> None:
+    """The entry point of a worker process (module level, so ``spawn`` can import it).
+
+    The process starts while the parent creates the slot: it imports pgcdc and opens its
+    sink meanwhile, then waits for the snapshot to import (:meth:`WorkerPool.configure`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the load through ``halt``
     sink: Sink | None = None
+    fast: FastLoad | None = None
     try:
-        with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
-                             application_name=f"pgcdc initial load worker {worker}") as conn:
-            begin_in_snapshot(conn, setup.snapshot)
-            lock_tables(conn, list(setup.lock))
-            results.put(Ready(worker))
-            sink = setup.sink_factory()
-            fast = FastLoad.for_sink(sink)
-            try:
-                _Reader(worker, setup, conn, sink, results, halt, catalog, fast).run(tasks)
-            except Halted:
-                pass
-            finally:
-                if fast is not None:
-                    fast.close()
+        sink = sink_factory()
+        fast = FastLoad.for_sink(sink)
+        setup = _setup(setups, halt)
+        if setup is not None:
+            with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
+                                 application_name=f"pgcdc initial load worker {worker}") as conn:
+                begin_in_snapshot(conn, setup.snapshot)
+                lock_tables(conn, list(setup.lock))
+                results.put(Ready(worker))
+                try:
+                    _Reader(worker, setup, conn, sink, results, halt, catalog, fast).run(tasks)
+                except Halted:
+                    pass
         results.put(Exited(worker, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     except BaseException as exc:
         results.put(WorkerFailed(worker, _portable(exc)))
     finally:
+        if fast is not None:
+            fast.close()
         if sink is not None:
             try:
                 sink.close()
@@ -285,6 +292,18 @@ def worker_main(worker: int, setup: WorkerSetup, tasks: Any, results: Any, halt:
                 log.exception("load worker %d: closing its sink failed", worker)
         results.close()
         results.join_thread()  # every message is in the pipe before the process ends
+
+
+def _setup(setups: Any, halt: Any) -> WorkerSetup | None:
+    """The load's setup, once the parent has its snapshot; None if halted before."""
+    parent = os.getppid()
+    while not halt.is_set() and os.getppid() == parent:
+        try:
+            setup: WorkerSetup = setups.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        return setup
+    return None
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -302,16 +321,19 @@ def _portable(exc: BaseException) -> BaseException:
 class WorkerPool:
     """``count`` worker processes, the task queue they share and the messages they send."""
 
-    def __init__(self, count: int, setup: WorkerSetup, *, catalog_generation: int = 0) -> None:
+    def __init__(self, count: int, sink_factory: SinkFactory) -> None:
         context = multiprocessing.get_context("spawn")
+        self.setups: Any = context.Queue()
         self.tasks: Any = context.Queue()
         self.results: Any = context.Queue()
         self.halt: Any = context.Event()
-        self.catalog = SharedGeneration(context, catalog_generation)
+        self.catalog = SharedGeneration(context, 0)
         self.processes: list[SpawnProcess] = [
             context.Process(target=worker_main, name=f"pgcdc-load-{i}", daemon=True,
-                            args=(i, setup, self.tasks, self.results, self.halt, self.catalog))
+                            args=(i, sink_factory, self.setups, self.tasks, self.results,
+                                  self.halt, self.catalog))
             for i in range(count)]
+        self._stopped = False
         self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
         self.peak_rss: list[int] = []  # KiB, of each worker that exited normally
         self._pending: deque[Message] = deque()  # read while checking for dead workers
@@ -321,6 +343,12 @@ class WorkerPool:
         for process in self.processes:
             process.start()
         return self
+
+    def configure(self, setup: WorkerSetup, catalog_generation: int) -> None:
+        """The snapshot to import and the rest of the load's setup, to every worker."""
+        self.catalog.bump_to(catalog_generation)
+        for _ in self.processes:
+            self.setups.put(setup)
 
     def wait_ready(self, timeout: float) -> None:
         """Until every worker imported the snapshot and locked the tables; raises its error."""
@@ -430,7 +458,10 @@ class WorkerPool:
                 raise WorkerDiedError(msg)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Halt every worker, wait for them, end what does not end."""
+        """Halt every worker, wait for them, end what does not end (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.halt.set()
         deadline = time.monotonic() + timeout
         for process in self.processes:
@@ -440,5 +471,6 @@ class WorkerPool:
                             process.name, timeout)
                 process.terminate()
                 process.join(5)
+        self.setups.cancel_join_thread()
         self.tasks.cancel_join_thread()
         self.results.cancel_join_thread()

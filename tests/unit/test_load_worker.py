@@ -31,7 +31,7 @@ def _reader() -> tuple[_Reader, _Publishing, SharedGeneration, Any]:
     context = multiprocessing.get_context("spawn")
     shared, halt = SharedGeneration(context, 3), context.Event()
     sink = _Publishing()
-    setup = WorkerSetup("", "", "", (), NullSink, 99, 0, 0, 10, 1.0)
+    setup = WorkerSetup("", "", "", (), 99, 0, 0, 10, 1.0)
     # no custom type in TABLE: the reader never needs its connection here
     return _Reader(0, setup, None, sink, None, halt, shared), sink, shared, halt  # type: ignore[arg-type]
 
