@@ -277,6 +277,7 @@ class IncrementalSnapshots:
         self.rows_emitted = 0
         self.rows_superseded = 0
         self.rows_retried = 0
+        self.keys_given_up: list[list[str]] = []  # superseded too often (each one a warning)
         # keys to read again: a streamed update that superseded their row left a TOASTed
         # column out, and the stream alone would never give its value
         self._again: list[list[str]] = []
@@ -582,6 +583,7 @@ class IncrementalSnapshots:
         for key in taken:
             seen = self._attempts[tuple(key)] = self._attempts.get(tuple(key), 0) + 1
             if seen > attempts:
+                self.keys_given_up.append(key)
                 log.warning("key %s superseded %d times by updates without its TOASTed value; "
                             "it is not read again (run snapshot-table for it later)", key, attempts)
             else:
