@@ -9,9 +9,6 @@ def decode_row(buf: bytes, pos: int,
                               | tuple[str, Callable[[str], Any] | None,
                                       Callable[[bytes], Any] | None], ...], /
                ) -> tuple[dict[str, Any], tuple[str, ...], int]: ...
-def avro_row(out: bytearray, row: dict[str, Any],
-             fields: tuple[tuple[str, int, Callable[[bytearray, Any], None]], ...], /) -> None: ...
-def avro_long(out: bytearray, value: int, /) -> None: ...
 
 class BinaryDecoder:
     """A binary value of a common type read in C; `fallback` (decoder/binary.py) serves

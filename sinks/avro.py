@@ -40,7 +40,6 @@ import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
-from decoder.tuples import COMPILED
 from sinks.envelope import CONNECTOR, text_of
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -260,15 +259,10 @@ def _fields(columns: tuple[Column, ...]) -> _Fields:
                  for c, kind in zip(columns, kinds, strict=True))
 
 
-# The same loops compiled (decoder/_fastrow.c) when built: the column loop and the envelope's
-# longs are most of an event's encoding time.  tests/unit/test_avro.py checks both.
+# The Python encoder's loops (AvroEncoder(compiled=False), and the events the compiled
+# encoder below leaves to it); sinks/_fastavro.c does the same in C.
 _write_row: Callable[[bytearray, dict[str, Any], _Fields], None] = py_write_row
 _envelope_long: Callable[[bytearray, int], None] = py_long
-if COMPILED:
-    from decoder import _fastrow
-
-    _write_row = _fastrow.avro_row
-    _envelope_long = _fastrow.avro_long
 
 # A whole event, key and value, in one compiled call (sinks/_fastavro.c), when built: the
 # Kafka path's profile (docs/benchmarks.md) shows the per-call overhead of the loops above

@@ -16,7 +16,6 @@ from decoder import tuples
 from decoder.change import RowDecoder, decode_change
 from decoder.errors import DecodeError
 from decoder.pgoutput import UNCHANGED_TOAST
-from sinks import avro
 from snapshot_builder.catalog import Column, TableVersion
 from tests.pgoutput_encoder import encode
 
@@ -211,48 +210,3 @@ def test_change_before_its_relation() -> None:
 
     with pytest.raises(DecodeError, match="relation 7 before"):
         decode_change(payload, unknown)
-
-
-# --- Avro: the compiled column loop against sinks/avro.py's writers ------------------------
-
-_AVRO_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
-    st.text(max_size=8), st.binary(max_size=8), st.decimals(allow_nan=False, places=2),
-    st.lists(st.integers(-5, 5), max_size=3), st.just(float("nan")),
-)
-
-
-def _avro_outcome(write: Any, row: dict[str, Any], fields: Any) -> tuple[str, Any]:
-    out = bytearray(b"head")
-    try:
-        write(out, row, fields)
-    except Exception as exc:  # the writers raise ValueError, TypeError, ...
-        return "error", (type(exc).__name__, str(exc))
-    return "ok", bytes(out)
-
-
-@given(st.lists(st.tuples(st.sampled_from(sorted(avro._KINDS)), _AVRO_VALUES), max_size=7),
-       st.booleans())
-def test_avro_row_matches_the_python_writers(columns: list[tuple[str, Any]],
-                                            drop_one: bool) -> None:
-    fields = tuple((f"c{i}", avro._KINDS[kind], avro._WRITERS[kind])
-                   for i, (kind, _) in enumerate(columns))
-    row = {f"c{i}": value for i, (_, value) in enumerate(columns)}
-    if drop_one and row:
-        row.pop(next(iter(row)))  # a missing column is null too
-    fast = _avro_outcome(_fast().avro_row, row, fields)
-    assert fast == _avro_outcome(avro.py_write_row, row, fields)
-
-
-@given(st.integers(-(2**63), 2**63 - 1))
-def test_avro_long_matches(value: int) -> None:
-    fast, slow = bytearray(), bytearray()
-    _fast().avro_long(fast, value)
-    avro.py_long(slow, value)
-    assert fast == slow
-
-
-def test_avro_long_out_of_range() -> None:
-    for write in (_fast().avro_long, avro.py_long):
-        with pytest.raises(ValueError, match="is not an Avro long"):
-            write(bytearray(), 2**63)
