@@ -500,6 +500,9 @@ PyInit__loadfast(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    CopyError = PyErr_NewException("sinks._loadfast.CopyError", PyExc_ConnectionError, NULL);
+    if (CopyError == NULL || PyModule_AddObjectRef(m, "CopyError", CopyError) < 0)
+        goto error;
     const char *names[] = {"FALLBACK", "TEXT", "INT", "LONG", "BOOLEAN", "FLOAT", "DOUBLE",
                            "NUMERIC", "DATE", "TIMESTAMP", "INT_ARRAY"};
     for (int i = 0; i < K_COUNT; i++)

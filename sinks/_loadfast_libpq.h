@@ -65,11 +65,12 @@ typedef struct {
 } CopyOut;
 
 static PyTypeObject CopyOutType;
+static PyObject *CopyError;  /* sinks._loadfast.CopyError, a ConnectionError */
 
 static PyObject *
 copy_error(CopyOut *self, const char *what, const char *message)
 {
-    return PyErr_Format(PyExc_ConnectionError, "COPY %s: %s", what,
+    return PyErr_Format(CopyError, "COPY %s: %s", what,
                         message && *message ? message : "(no message from libpq)");
 }
 

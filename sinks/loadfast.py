@@ -126,7 +126,8 @@ def libpq_path() -> str | None:
 def copy_lines(conn: psycopg.Connection[Any], query: sql.Composed) -> Iterator[Iterator[Any]]:
     """The lines of ``COPY ... TO STDOUT`` on ``conn``: from libpq itself (sinks/_loadfast.c's
     CopyOut) where its library is found, else through psycopg.  Leaving the block ends the
-    COPY (the rows left are read and dropped)."""
+    COPY (the rows left are read and dropped).  A failed COPY is a psycopg.OperationalError
+    with the server's or libpq's message, as through psycopg (transient: the load resumes)."""
     library = libpq_path() if _loadfast is not None else None
     if library is None:
         with conn.cursor() as cur, cur.copy(query) as copy:
@@ -134,11 +135,14 @@ def copy_lines(conn: psycopg.Connection[Any], query: sql.Composed) -> Iterator[I
         return
     assert _loadfast is not None
     pointer: int = getattr(conn.pgconn, "pgconn_ptr")  # noqa: B009 - not in the stubs
-    lines = _loadfast.CopyOut(library, pointer, query.as_bytes(conn))
     try:
-        yield lines
-    finally:
-        lines.close()
+        lines = _loadfast.CopyOut(library, pointer, query.as_bytes(conn))
+        try:
+            yield lines
+        finally:
+            lines.close()
+    except _loadfast.CopyError as exc:
+        raise psycopg.OperationalError(str(exc)) from exc
 
 
 def _config_text(value: Any) -> str | None:

@@ -122,7 +122,23 @@ def test_copy_lines_from_libpq_equal_psycopgs(pg_conn: Conn) -> None:
             assert next(lines) == expected[0]  # left after one row: the rest is dropped
         assert pg_conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         assert pg_conn.execute("SELECT count(*) FROM lines").fetchone() == (5000,)
-    with pytest.raises(ConnectionError, match='relation "missing" does not exist'), \
+    with pytest.raises(psycopg.OperationalError, match='relation "missing" does not exist'), \
             copy_lines(pg_conn, sql.SQL("COPY missing TO STDOUT")):
         pass
     assert pg_conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_copy_cut_off_by_the_server_is_an_operational_error(pg_conn: Conn,
+                                                              pg_dsn: str) -> None:
+    """A COPY whose backend is terminated halfway fails as psycopg's would: OperationalError,
+    transient for the load (the chunk is not done; the load resumes)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        query = sql.SQL("COPY (SELECT g, repeat('x', 100) FROM generate_series(1, 5000000) g) "
+                        "TO STDOUT")
+        with pytest.raises(psycopg.OperationalError, match="COPY"), \
+                copy_lines(conn, query) as lines:
+            assert next(lines).startswith(b"1\t")
+            pg_conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            for _ in lines:
+                pass
