@@ -341,7 +341,7 @@ produce(Table *self)
         }
         rk.headers_destroy(headers);
         if (err != ERR_QUEUE_FULL) {
-            PyErr_Format(PyExc_RuntimeError, "the load's Kafka producer refused a message: %s",
+            PyErr_Format(ProduceError, "the load's Kafka producer refused a message: %s",
                          rk.err2str(err));
             return -1;
         }
@@ -502,6 +502,9 @@ PyInit__loadfast(void)
         return NULL;
     CopyError = PyErr_NewException("sinks._loadfast.CopyError", PyExc_ConnectionError, NULL);
     if (CopyError == NULL || PyModule_AddObjectRef(m, "CopyError", CopyError) < 0)
+        goto error;
+    ProduceError = PyErr_NewException("sinks._loadfast.ProduceError", PyExc_RuntimeError, NULL);
+    if (ProduceError == NULL || PyModule_AddObjectRef(m, "ProduceError", ProduceError) < 0)
         goto error;
     const char *names[] = {"FALLBACK", "TEXT", "INT", "LONG", "BOOLEAN", "FLOAT", "DOUBLE",
                            "NUMERIC", "DATE", "TIMESTAMP", "INT_ARRAY"};

@@ -56,6 +56,7 @@ static struct {
 } rk;
 
 static int rk_loaded = 0;
+static PyObject *ProduceError;  /* sinks._loadfast.ProduceError: Kafka refused or failed */
 
 typedef struct { void **slot; const char *name; } Symbol;
 
@@ -219,9 +220,9 @@ Producer_flush(Producer *self, PyObject *arg)
     Py_END_ALLOW_THREADS
     char fatal[512];
     if (rk.fatal_error(self->rk, fatal, sizeof(fatal)) != 0)
-        return PyErr_Format(PyExc_RuntimeError, "the load's Kafka producer failed: %s", fatal);
+        return PyErr_Format(ProduceError, "the load's Kafka producer failed: %s", fatal);
     if (self->failed)
-        return PyErr_Format(PyExc_RuntimeError, "%s (%lld messages failed)", self->error,
+        return PyErr_Format(ProduceError, "%s (%lld messages failed)", self->error,
                             self->failed);
     return PyLong_FromLong(left);
 }

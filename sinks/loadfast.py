@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -196,15 +197,24 @@ class FastLoad:
         self._plans[table.oid] = (decoder, plan)
         return plan
 
-    def poll(self) -> None:
-        self.producer.poll(0)
+    @staticmethod
+    def rows(plan: Any, lines: Iterator[Any], limit: int, ordinal: int) -> int:
+        """``plan.rows(...)`` (sinks/_loadfast.c): up to ``limit`` lines produced, their
+        ordinals from ``ordinal``; Kafka's refusal is a DeliveryError, as in the sink."""
+        assert _loadfast is not None
+        try:
+            taken: int = plan.rows(lines, limit, ordinal, int(time.time() * 1000))
+        except _loadfast.ProduceError as exc:
+            raise DeliveryError(str(exc)) from exc
+        return taken
 
     def durable(self, timeout: float) -> bool:
         """Flush; True when every message produced is acknowledged.  Raises DeliveryError for
         a failed one."""
+        assert _loadfast is not None
         try:
             left = self.producer.flush(int(timeout * 1000))
-        except RuntimeError as exc:
+        except _loadfast.ProduceError as exc:
             raise DeliveryError(str(exc)) from exc
         return left == 0
 

@@ -214,7 +214,7 @@ class _Reader:
             while True:
                 plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time)
                 limit = min(setup.batch_rows, MAX_CHUNK_ROWS - rows)
-                taken = plan.rows(lines, limit, base + rows, int(time.time() * 1000))
+                taken = fast.rows(plan, lines, limit, base + rows)
                 rows += taken
                 if taken:
                     self.results.put(Rows(self.worker, number, taken))

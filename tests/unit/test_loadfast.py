@@ -205,3 +205,28 @@ def test_timestamps_as_datetime_gives_them() -> None:
     value = datetime(2024, 5, 6, 7, 8, 9, 120000, tzinfo=UTC) + timedelta(0)
     text = _pg_timestamp(value, "+00")
     assert datetime.fromisoformat(text).isoformat() == "2024-05-06T07:08:09.120000+00:00"
+
+
+def test_a_refused_message_is_a_delivery_error() -> None:
+    """librdkafka refuses a record over message.max.bytes at once: the load's error is the
+    sink's DeliveryError, naming the cause (nothing is skipped)."""
+    from sinks.acks import DeliveryError
+
+    small = loadfast._loadfast.Producer(  # noqa: SLF001
+        loadfast.librdkafka_path(), [("bootstrap.servers", "127.0.0.1:9"), ("log_level", "0"),
+                                     ("message.max.bytes", "1000")])
+    try:
+        decoder = RowDecoder(TABLE, TypeRegistry().decoder_for)
+        plan = loadfast.compile_table(small, TABLE, decoder, AvroEncoder(), "app", "t", [],
+                                      LSN, COMMIT_TIME)
+        line = _line(["x" * 5000, "1"] + [None] * 17)
+        with pytest.raises(DeliveryError, match="refused a message: .*too large"):
+            loadfast.FastLoad.rows(plan, iter([line]), 1, 0)
+    finally:
+        small.close()
+
+
+def test_a_bad_producer_property_names_it() -> None:
+    with pytest.raises(ValueError, match="producer property no.such.property"):
+        loadfast._loadfast.Producer(loadfast.librdkafka_path(),  # noqa: SLF001
+                                    [("no.such.property", "1")])
