@@ -5,7 +5,8 @@ KafkaSink` in Avro hands each COPY text line to :mod:`sinks._loadfast` (compiled
 writes the read event's key and value, the same bytes :class:`~sinks.avro.AvroEncoder`
 gives for the event the slow path builds (tests/unit/test_loadfast.py), and produces it
 through a librdkafka producer of its own, configured like the sink's producer (same
-partitioner, idempotent, ``acks=all``) with the same topic and headers.  Values the
+partitioner, idempotent, ``acks=all``) with the same topic and headers, batching more
+(``linger.ms`` at least 50, ``batch.num.messages`` at least 100,000).  Values the
 compiled code does not write exactly go through each column's Python fallback: the
 stream's decoder, then the Avro writer of sinks/avro.py.
 
@@ -44,6 +45,7 @@ try:
 except ImportError:  # not built: the load takes the slow path
     _loadfast = None  # type: ignore[assignment]
 
+_LOAD_BATCHING = {"linger.ms": 50, "batch.num.messages": 100_000}  # at least these, for a load
 _INT_ARRAYS = {1005, 1007, 1016}  # _int2, _int4, _int8
 _INTS = {21, 23}  # int2, int4 -> Avro int
 _LONGS = {20, 26}  # int8, oid -> Avro long
@@ -160,7 +162,12 @@ class FastLoad:
     def __init__(self, sink: KafkaSink, library: str) -> None:
         assert _loadfast is not None
         self.sink = sink
-        config = [(k, text) for k, v in sink._producer_config.items()  # noqa: SLF001
+        settings = dict(sink._producer_config)  # noqa: SLF001
+        # larger batches: a chunk ends in flush(), which sends at once whatever the linger, so
+        # only the CPU per message changes (librdkafka's and the broker's: docs/initial-load.md)
+        for name, least in _LOAD_BATCHING.items():
+            settings[name] = max(least, int(settings.get(name, least)))
+        config = [(k, text) for k, v in settings.items()
                   if (text := _config_text(v)) is not None]
         # a delivery report for each failed message only: the successes are what flush()
         # waits for, and a report per message costs more than producing it
