@@ -20,6 +20,7 @@ cannot be found.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -112,8 +113,10 @@ def librdkafka_path() -> str | None:
     return ctypes.util.find_library("rdkafka")
 
 
+@functools.cache
 def libpq_path() -> str | None:
-    """The libpq this process loaded (psycopg's), from /proc/self/maps; None if not found."""
+    """The libpq this process loaded (psycopg's), from /proc/self/maps; None if not found.
+    Read once: a process keeps the library it loaded."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:

@@ -85,9 +85,7 @@ def chunk_batches(conn: Conn, task: ChunkTask, decoder_of: Callable[[], RowDecod
     with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
         for raw in copy.rows():
             if rows >= MAX_CHUNK_ROWS:
-                msg = (f"chunk {task.index} of {table.qualified_name} holds more than "
-                       f"{MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
-                raise ValueError(msg)
+                raise chunk_too_large(task)
             batch.append(ChangeEvent(READ, table, None, decode(raw), (), load_lsn, load_lsn,
                                      base + rows, 0, commit_time))
             rows += 1
@@ -96,6 +94,12 @@ def chunk_batches(conn: Conn, task: ChunkTask, decoder_of: Callable[[], RowDecod
                 batch = []
                 decode = row_builder(decoder_of())
     yield batch
+
+
+def chunk_too_large(task: ChunkTask) -> ValueError:
+    """A chunk with more rows than an ordinal can number (load_state.MAX_CHUNK_ROWS)."""
+    return ValueError(f"chunk {task.index} of {task.table.table.qualified_name} holds more "
+                      f"than {MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
 
 
 def row_builder(decoder: RowDecoder) -> Callable[[Sequence[str | None]], dict[str, Any]]:

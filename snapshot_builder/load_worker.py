@@ -63,6 +63,7 @@ from snapshot_builder.chunk_reader import (
     Halted,
     begin_in_snapshot,
     chunk_batches,
+    chunk_too_large,
     copy_query,
     lock_tables,
 )
@@ -223,34 +224,24 @@ class _Reader:
                 decoder = self.decoder_for(table)
                 if rows >= MAX_CHUNK_ROWS:
                     if next(lines, None) is not None:
-                        msg = (f"chunk {task.index} of {table.qualified_name} holds more "
-                               f"than {MAX_CHUNK_ROWS} rows; use fewer pages per chunk")
-                        raise ValueError(msg)
+                        raise chunk_too_large(task)
                     break
         self._durable()
-        if not fast.durable(setup.flush_timeout):
-            msg = (f"a load worker's Kafka producer did not make its chunk durable within "
-                   f"{setup.flush_timeout:.0f} s; run again: the load resumes")
-            raise NotDurableError(msg)
         self.results.put(Done(self.worker, number, rows))
 
     def _next(self, tasks: Any) -> tuple[int, ChunkTask] | None:
-        while True:
-            if self.halt.is_set() or os.getppid() != self.parent:
-                return None
-            try:
-                item: tuple[int, ChunkTask] | None = tasks.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            return item
+        item: tuple[int, ChunkTask] | None = _wait_for(tasks, self.halt, self.parent)
+        return item
 
     def _durable(self) -> None:
-        """The chunk's events durable in this worker's sink (the order of sinks/sink.py)."""
+        """The chunk's events durable in this worker's sink (the order of sinks/sink.py), and
+        in the compiled path's producer if it wrote them."""
         lsn, timeout = self.setup.load_lsn, self.setup.flush_timeout
         self.sink.end_transaction(lsn)
         self.sink.flush(timeout)
         durable = self.sink.durable_lsn()  # raises the first delivery error
-        if self.sink.in_flight() or durable is None or durable < lsn:
+        fast_left = self.fast is not None and not self.fast.durable(timeout)  # raises as well
+        if self.sink.in_flight() or durable is None or durable < lsn or fast_left:
             msg = (f"a load worker's sink did not make its chunk durable within {timeout:.0f} s; "
                    "run again: the load resumes")
             raise NotDurableError(msg)
@@ -268,7 +259,7 @@ def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any,
     try:
         sink = sink_factory()
         fast = FastLoad.for_sink(sink)
-        setup = _setup(setups, halt)
+        setup: WorkerSetup | None = _wait_for(setups, halt, os.getppid())  # after the snapshot
         if setup is not None:
             with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
                                  application_name=f"pgcdc initial load worker {worker}") as conn:
@@ -294,15 +285,13 @@ def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any,
         results.join_thread()  # every message is in the pipe before the process ends
 
 
-def _setup(setups: Any, halt: Any) -> WorkerSetup | None:
-    """The load's setup, once the parent has its snapshot; None if halted before."""
-    parent = os.getppid()
+def _wait_for(source: Any, halt: Any, parent: int) -> Any:
+    """The next item of a multiprocessing queue; None once the parent halted or died."""
     while not halt.is_set() and os.getppid() == parent:
         try:
-            setup: WorkerSetup = setups.get(timeout=0.2)
+            return source.get(timeout=0.2)
         except queue.Empty:
             continue
-        return setup
     return None
 
 
