@@ -61,7 +61,6 @@ typedef struct {
     PGconn *conn;
     int nonblocking;  /* the connection's mode before the COPY */
     int state;        /* 0: not started, 1: rows to read, 2: ended */
-    long long rows;
 } CopyOut;
 
 static PyTypeObject CopyOutType;
@@ -114,10 +113,8 @@ copyout_next(CopyOut *self, char **line)
         size = lp.getCopyData(self->conn, line, 0);
         Py_END_ALLOW_THREADS
     }
-    if (size > 0) {
-        self->rows++;
+    if (size > 0)
         return size;
-    }
     if (size == -1)
         return copyout_end(self) < 0 ? -1 : 0;
     copy_error(self, "lost its connection", lp.errorMessage(self->conn));
@@ -211,21 +208,10 @@ CopyOut_dealloc(CopyOut *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *
-CopyOut_rows(CopyOut *self, void *closure)
-{
-    return PyLong_FromLongLong(self->rows);
-}
-
 static PyMethodDef CopyOut_methods[] = {
     {"close", (PyCFunction)CopyOut_close, METH_NOARGS,
      "read and drop the rows left, collect the COPY's result"},
     {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef CopyOut_getset[] = {
-    {"rows", (getter)CopyOut_rows, NULL, "rows read so far", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject CopyOutType = {
@@ -240,7 +226,6 @@ static PyTypeObject CopyOutType = {
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)CopyOut_iternext,
     .tp_methods = CopyOut_methods,
-    .tp_getset = CopyOut_getset,
 };
 
 #endif

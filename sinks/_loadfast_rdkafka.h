@@ -121,7 +121,7 @@ load_library(const char *path)
 typedef struct {
     PyObject_HEAD
     rk_t *rk;
-    long long delivered, failed, produced;
+    long long failed, produced;  /* successes are not reported (delivery.report.only.error) */
     char error[512];  /* the first failed delivery, or "" */
 } Producer;
 
@@ -129,10 +129,8 @@ static void
 delivery_report(rk_t *handle, const rk_message_t *message, void *opaque)
 {
     Producer *self = (Producer *)opaque;
-    if (message->err == 0) {
-        self->delivered++;
+    if (message->err == 0)
         return;
-    }
     if (self->failed++ == 0)
         snprintf(self->error, sizeof(self->error), "delivery to %s failed: %s",
                  message->rkt ? rk.topic_name(message->rkt) : "?", rk.err2str(message->err));
@@ -240,18 +238,11 @@ Producer_close(Producer *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-Producer_counts(Producer *self, PyObject *unused)
-{
-    return Py_BuildValue("(LLL)", self->produced, self->delivered, self->failed);
-}
-
 static PyMethodDef Producer_methods[] = {
     {"poll", (PyCFunction)Producer_poll, METH_O, "poll(timeout_ms) -> events served"},
     {"flush", (PyCFunction)Producer_flush, METH_O,
      "flush(timeout_ms) -> messages still queued; raises the first delivery failure"},
     {"close", (PyCFunction)Producer_close, METH_NOARGS, "destroy the producer (idempotent)"},
-    {"counts", (PyCFunction)Producer_counts, METH_NOARGS, "(produced, delivered, failed)"},
     {NULL, NULL, 0, NULL},
 };
 
