@@ -119,6 +119,8 @@ class TableSpec:
     columns: tuple[ColumnSpec, ...]
     value_format: str = "json"
     value_schema: str | None = None  # the Avro writer schema (JSON), for value_format avro
+    # pg_class.relreplident ('d', 'i', 'f', 'n'); None in records from before it was read
+    replica_identity: str | None = None
 
     @property
     def key_columns(self) -> tuple[ColumnSpec, ...]:
@@ -138,7 +140,8 @@ class TableSpec:
         )
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
                    int(data.get("lsn", 0)), data.get("topic", ""), columns,
-                   data.get("value_format", "json"), data.get("value_schema"))
+                   data.get("value_format", "json"), data.get("value_schema"),
+                   data.get("replica_identity"))
 
 
 class CatalogLog:
