@@ -320,6 +320,28 @@ def _cidr(text: str) -> IPv4Network | IPv6Network:
     return IPv6Network(text) if ":" in text else IPv4Network(text)
 
 
+def inet_text(value: IPv4Interface | IPv6Interface | IPv4Network | IPv6Network) -> str:
+    """PostgreSQL's text of an ``inet`` or ``cidr`` value (``inet_out``, ``cidr_out``).
+
+    ``/bits`` always for a cidr, for an inet only when it is not the whole address (so
+    ``192.168.1.5``, ``192.168.1.5/24``).  An IPv6 address prints as ``inet_net_ntop``
+    prints it: Python's form (the longest run of two or more zero groups, the first of
+    equal ones, as ``::``), except that an IPv4-mapped address and an IPv4-compatible one whose
+    seventh group is not zero end in dotted IPv4 (``::ffff:1.2.3.4``, ``::1.2.3.4``).
+    """
+    if isinstance(value, IPv4Network | IPv6Network):
+        address, bits, always = value.network_address, value.prefixlen, True
+    else:
+        address, bits, always = value.ip, value.network.prefixlen, False
+    text = str(address)
+    if address.version == 6:
+        raw = address.packed
+        words = [raw[i] << 8 | raw[i + 1] for i in range(0, 16, 2)]
+        if not any(words[:5]) and (words[5] == 0xFFFF or words[5] == 0 and words[6]):
+            text = ("::ffff:" if words[5] else "::") + ".".join(str(b) for b in raw[12:])
+    return text if not always and bits == address.max_prefixlen else f"{text}/{bits}"
+
+
 def _pg_lsn(text: str) -> int:
     high, _, low = text.partition("/")
     return int(high, 16) << 32 | int(low, 16)

@@ -18,10 +18,10 @@ where the default would lose information:
 * ``interval`` is its ISO 8601 string as PostgreSQL prints it
   (``"P1Y2M3DT4H5M6.5S"``, Debezium's ``interval.handling.mode=string``):
   months and days are kept, not folded into microseconds;
-* ``bytea`` is base64; ``uuid``, ``inet`` and ``cidr`` are strings
-  (``"192.168.0.1/32"``, ``"10.0.0.0/8"``); json/jsonb, xml, bit strings, MAC
-  addresses, text search types and enum labels are their text; ``pg_lsn`` is
-  a number;
+* ``bytea`` is base64; ``uuid`` is a string; ``inet`` and ``cidr`` are PostgreSQL's
+  text (``"192.168.0.1"``, ``"::ffff:1.2.3.4"``, ``"10.0.0.0/8"``); json/jsonb, xml,
+  bit strings, MAC addresses, text search types and enum labels are their text;
+  ``pg_lsn`` is a number;
 * a range is ``{"lower", "upper", "lower_inc", "upper_inc", "empty"}`` with
   ``null`` for an unbounded side, a multirange is a list of those;
 * geometric values are objects of their fields: a point is ``{"x", "y"}``,
@@ -53,7 +53,18 @@ from typing import Any
 from uuid import UUID
 
 from decoder.change import ChangeEvent, unix_millis
-from decoder.values import Box, Circle, Interval, Line, LineSegment, Path, Point, Polygon, Range
+from decoder.values import (
+    Box,
+    Circle,
+    Interval,
+    Line,
+    LineSegment,
+    Path,
+    Point,
+    Polygon,
+    Range,
+    inet_text,
+)
 from snapshot_builder.catalog import TableVersion
 
 CONNECTOR = "pgcdc"
@@ -88,8 +99,10 @@ def _json_form(kind: type) -> tuple[_Convert | None, bool]:
         return _b64, True
     if issubclass(kind, bytearray | memoryview):
         return _b64_of_buffer, True
-    if issubclass(kind, UUID | IPv4Interface | IPv6Interface | IPv4Network | IPv6Network):
+    if issubclass(kind, UUID):
         return str, True
+    if issubclass(kind, IPv4Interface | IPv6Interface | IPv4Network | IPv6Network):
+        return inet_text, True
     if issubclass(kind, Range | Point | Line | LineSegment | Box | Path | Polygon | Circle) \
             and is_dataclass(kind):
         return _fields_of(kind), False

@@ -480,7 +480,7 @@ def test_json_encoding_of_every_value_type() -> None:
     got = json.loads(encoded)["after"]
     assert got == {
         "interval": "P1Y2M3DT-0.5S",
-        "inet": "192.168.0.1/32",
+        "inet": "192.168.0.1",
         "inet6": "2001:db8::1/64",
         "cidr": "10.0.0.0/8",
         "money": "-1.00",
@@ -502,3 +502,30 @@ def test_json_encoding_of_every_value_type() -> None:
         "composite": {"at": "2024-01-01T00:00:00+00:00", "raw": "AA=="},
         "infinite": "infinity",
     }
+
+
+@pytest.mark.parametrize(("text", "cidr", "expected"), [
+    # what PostgreSQL 15's inet_out / cidr_out print for these literals
+    ("192.168.1.5", False, "192.168.1.5"),
+    ("192.168.1.5/32", False, "192.168.1.5"),
+    ("192.168.1.5/24", False, "192.168.1.5/24"),
+    ("10.0.0.0/8", True, "10.0.0.0/8"),
+    ("10.1.2.3/32", True, "10.1.2.3/32"),
+    ("::ffff:1.2.3.4", False, "::ffff:1.2.3.4"),
+    ("::ffff:102:304/120", False, "::ffff:1.2.3.4/120"),
+    ("::ffff:0.0.0.0", False, "::ffff:0.0.0.0"),
+    ("::ffff:0:5", False, "::ffff:0.0.0.5"),
+    ("::102:304", False, "::1.2.3.4"),
+    ("::0.0.0.2", False, "::2"),
+    ("::1", False, "::1"),
+    ("::/0", True, "::/0"),
+    ("::ffff:1.2.3.0/120", True, "::ffff:1.2.3.0/120"),
+    ("2001:db8::1/64", False, "2001:db8::1/64"),
+    ("2001:db8:0:0:1:0:0:1", False, "2001:db8::1:0:0:1"),
+    ("2001:db8::/32", True, "2001:db8::/32"),
+])
+def test_inet_text_is_postgresql_text(text: str, cidr: bool, expected: str) -> None:
+    value = values.decoder_for(values.CIDR if cidr else values.INET)(text)
+    assert values.inet_text(value) == expected
+    assert values.inet_text(values.decoder_for(values.INET if not cidr else values.CIDR)(
+        expected)) == expected
