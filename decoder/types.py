@@ -27,7 +27,7 @@ from decoder.values import TypeRegistry
 log = logging.getLogger(__name__)
 
 _TYPES: Final = sql.SQL("""
-    SELECT t.oid, n.nspname, t.typname, t.typtype, t.typbasetype, t.typrelid,
+    SELECT t.oid, n.nspname, t.typname, t.typtype, t.typbasetype, t.typtypmod, t.typrelid,
            t.typtype = 'b' AND t.typoutput = 'pg_catalog.array_out'::pg_catalog.regproc
                AS is_array,  -- a domain over an array prints with array_out too
            t.typelem, e.typdelim, r.rngsubtype, {multirange_subtype}
@@ -82,14 +82,14 @@ def _register(cur: psycopg.Cursor[TupleRow], rows: list[TupleRow],
     """Register one batch of pg_type rows; returns the OIDs they are built from."""
     needed: set[int] = set()
     composites: dict[int, tuple[int, str]] = {}  # typrelid -> (type OID, name)
-    for (oid, schema, typname, kind, base, relid, is_array, element, delimiter,
+    for (oid, schema, typname, kind, base, typmod, relid, is_array, element, delimiter,
          subtype, multirange_subtype) in rows:
         name = typname if schema == "pg_catalog" else f"{schema}.{typname}"
         if is_array:
             registry.register_array(oid, element, delimiter=delimiter or ",", name=name)
             needed.add(element)
         elif kind == "d":
-            registry.register_domain(oid, base, name=name)
+            registry.register_domain(oid, base, name=name, typmod=typmod)
             needed.add(base)
         elif kind == "e":
             registry.register_enum(oid, name=name)

@@ -710,13 +710,15 @@ class TypeShape:
     ``kind`` is ``enum``, ``domain``, ``array``, ``composite``, ``range``,
     ``multirange``, ``base`` (an extension's type with a decoder of its own) or
     ``text`` (no decoder); ``of`` is the base, element or subtype OID; ``fields``
-    the composite's (name, type OID) pairs; ``name`` the type's name.
+    the composite's (name, type OID) pairs; ``name`` the type's name; ``typmod`` a
+    domain's (its base type's modifier: ``numeric(10,2)``).
     """
 
     kind: str
     of: int = 0
     fields: tuple[tuple[str, int], ...] = ()
     name: str | None = None
+    typmod: int = -1
 
 
 class TypeRegistry:
@@ -743,10 +745,11 @@ class TypeRegistry:
         """An enum: its value is its label."""
         self._register(oid, name, lambda resolve: str, TypeShape("enum", name=name))
 
-    def register_domain(self, oid: int, base_oid: int, *, name: str | None = None) -> None:
-        """A domain: a value of its base type (itself perhaps a domain)."""
+    def register_domain(self, oid: int, base_oid: int, *, name: str | None = None,
+                        typmod: int = -1) -> None:
+        """A domain: a value of its base type (itself perhaps a domain), with ``typmod``."""
         self._register(oid, name, lambda resolve: resolve(base_oid),
-                       TypeShape("domain", base_oid, name=name))
+                       TypeShape("domain", base_oid, name=name, typmod=typmod))
 
     def register_array(self, oid: int, element_oid: int, *, delimiter: str = ",",
                        name: str | None = None) -> None:
@@ -791,6 +794,12 @@ class TypeRegistry:
     def shape(self, oid: int) -> TypeShape | None:
         """How a registered type is built; ``None`` for built-in and unknown types."""
         return self._shapes.get(oid)
+
+    def domain_base(self, oid: int) -> tuple[int, int] | None:
+        """The base type OID and typmod of a registered domain; None for any other type."""
+        shape = self._shapes.get(oid)
+        return (shape.of, shape.typmod) if shape is not None and shape.kind == "domain" \
+            else None
 
     def __contains__(self, oid: object) -> bool:
         return oid in _DECODERS or oid in self._builds

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from streaming.apply import table_path
 from streaming.evolution import quote
-from streaming.schema import ColumnSpec, TableSpec
+from streaming.schema import TEXT, ColumnSpec, TableSpec
 
 CanonicalRow = tuple[str | None, ...]
 
@@ -49,27 +49,50 @@ def digest(rows: list[CanonicalRow]) -> Digest:
     return Digest(len(rows), h.hexdigest()[:16])
 
 
+# Spark's greatest timestamp; a later one is PostgreSQL's text in the lake's _pgcdc_text
+_SPARK_MAX = {"timestamptz": "'294247-01-10 04:00:54.775807+00'::timestamptz",
+              "timestamp": "'294247-01-10 04:00:54.775807'::timestamp"}
+# the text pgcdc writes for a timestamp Python cannot hold (DateStyle ISO, TimeZone UTC)
+_PAST_SPARK = {"timestamptz": "regexp_replace(to_char({0} AT TIME ZONE 'UTC', "
+                              "'YYYY-MM-DD HH24:MI:SS.US'), '\\.?0+$', '') || '+00'",
+               "timestamp": "regexp_replace(to_char({0}, 'YYYY-MM-DD HH24:MI:SS.US'), "
+                            "'\\.?0+$', '')"}
+
+
 def _source_expr(column: ColumnSpec) -> sql.Composable:
     ident = sql.Identifier(column.name)
-    if column.type_name == "timestamptz":
-        return sql.SQL("to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')").format(ident)
-    if column.type_name == "timestamp":
-        return sql.SQL("to_char({}, 'YYYY-MM-DD HH24:MI:SS.US')").format(ident)
-    if column.type_name == "bool":
+    pg_type = column.pg_type  # a domain's base type
+    if pg_type in _SPARK_MAX:
+        utc = " AT TIME ZONE 'UTC'" if pg_type == "timestamptz" else ""
+        return sql.SQL("CASE WHEN {0} > " + _SPARK_MAX[pg_type] + " THEN "
+                       + _PAST_SPARK[pg_type] + " ELSE to_char({0}" + utc
+                       + ", 'YYYY-MM-DD HH24:MI:SS.US') END").format(ident)
+    if pg_type == "bool":
         return sql.SQL("CASE WHEN {0} THEN 'true' WHEN NOT {0} THEN 'false' END").format(ident)
-    if column.type_name == "bytea":
+    if pg_type == "bytea":
         return sql.SQL("encode({}, 'hex')").format(ident)
-    return sql.SQL("{}::text").format(ident)
+    # the type's output function, as pgcdc writes it (::text differs for inet: '1.2.3.4/32')
+    return sql.SQL("CASE WHEN {0} IS NOT NULL THEN format('%s', {0}) END").format(ident)
 
 
 def _lake_expr(column: ColumnSpec) -> str:
+    """The lake's canonical text of a column: its typed value's, or where that is NULL,
+    PostgreSQL's text kept in ``_pgcdc_text``."""
     name = quote(column.name)
     spark_type = column.spark_type
     if spark_type in ("timestamp", "timestamp_ntz"):
-        return f"date_format({name}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
-    if spark_type == "binary":
-        return f"lower(hex({name}))"
-    return f"CAST({name} AS STRING)"
+        typed = f"date_format({name}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
+    elif spark_type == "binary":
+        typed = f"lower(hex({name}))"
+    else:
+        typed = f"CAST({name} AS STRING)"
+    if column.untyped(name) is None:
+        return typed
+    return f"coalesce({typed}, {TEXT}[{_literal(column.name)}])"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def source_rows(conn: psycopg.Connection[Any], spec: TableSpec) -> list[CanonicalRow]:

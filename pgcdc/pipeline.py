@@ -550,7 +550,8 @@ class Pipeline:
     def _describe(self, table: TableVersion, lsn: int) -> None:
         """From here on, changes of this table decode with this version."""
         if self._decoders.describe(table):
-            self.sink.publish_table(table, lsn)
+            described = self._decoders.get(table.oid)  # its domain columns' base types named
+            self.sink.publish_table(described[0] if described is not None else table, lsn)
 
     def _on_ddl(self, message: pg.LogicalMessage, lsn: int) -> None:
         """Captured DDL: the open transaction's next changes use the new definition."""

@@ -28,7 +28,7 @@ from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from snapshot_builder.builder import SnapshotBuilder
-from snapshot_builder.catalog import TableVersion
+from snapshot_builder.catalog import TableVersion, with_base_types
 
 Connect = Callable[[], psycopg.Connection[Any]]
 
@@ -56,7 +56,7 @@ class RowDecoders:
         current = self._tables.get(table.oid)
         if current is not None and current[0].version == table.version:
             return False
-        self._tables[table.oid] = (table, self._build(table))
+        self._tables[table.oid] = self._build(table)
         return True
 
     def check(self) -> bool:
@@ -68,16 +68,18 @@ class RowDecoders:
         self._at = at
         if not self._tables:
             return False
-        self._tables = {oid: (table, self._build(table))
-                        for oid, (table, _) in self._tables.items()}
+        self._tables = {oid: self._build(table) for oid, (table, _) in self._tables.items()}
         self.rebuilds += 1
         return True
 
-    def _build(self, table: TableVersion) -> RowDecoder:
+    def _build(self, table: TableVersion) -> tuple[TableVersion, RowDecoder]:
+        """The decoder of ``table``, and ``table`` with its domain columns' base types named
+        (what the sink publishes)."""
         custom = [c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID]
         if custom:
             self._register(custom)
-        return RowDecoder(table, self.types.decoder_for, self.binary.decoder_for)
+            table = with_base_types(table, self.types.domain_base)
+        return table, RowDecoder(table, self.types.decoder_for, self.binary.decoder_for)
 
     def _register(self, oids: list[int]) -> None:
         """Register ``oids`` and what they are built from: from ``pg_type`` once, each

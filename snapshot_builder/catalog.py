@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -42,6 +43,11 @@ class Column:
     # pg_attribute.attnum: the column's identity, kept across a rename (captured DDL only);
     # part of ``meta`` where known: a column dropped and added again is another column
     attnum: int | None = None
+    # a domain column: its built-in base type (through domains over domains) and that
+    # type's typmod (the domain's), for consumers that type values by it (the Spark lake);
+    # derived from ``type_oid``, which a domain never changes, so not part of the version
+    base_type: str | None = field(default=None, compare=False)
+    base_typmod: int = field(default=-1, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type_oid": self.type_oid,
@@ -53,6 +59,9 @@ class Column:
             out["default"] = self.default
         if self.attnum is not None:
             out["attnum"] = self.attnum
+        if self.base_type is not None:
+            out["base_type"] = self.base_type
+            out["base_typmod"] = self.base_typmod
         return out
 
     @classmethod
@@ -65,7 +74,8 @@ class Column:
             column = cls(data["name"], int(data["type_oid"]), data["type_name"],
                          int(data["typmod"]), bool(data["key"]), data.get("not_null"),
                          data.get("default"),
-                         int(data["attnum"]) if data.get("attnum") is not None else None)
+                         int(data["attnum"]) if data.get("attnum") is not None else None,
+                         data.get("base_type"), int(data.get("base_typmod", -1)))
             if len(_COLUMNS) >= _COLUMNS_MAX:
                 _COLUMNS.clear()
             _COLUMNS[key] = column
@@ -236,6 +246,33 @@ def published_columns(table: TableVersion, names: list[str] | None) -> TableVers
     if all(c.name in listed for c in table.columns):
         return table
     return replace(table, columns=tuple(c for c in table.columns if c.name in listed))
+
+
+# a type OID -> the base type OID and typmod of that type if it is a domain, else None
+DomainBase = Callable[[int], tuple[int, int] | None]
+
+
+def with_base_types(table: TableVersion, domain_base: DomainBase) -> TableVersion:
+    """``table`` with each domain column's built-in base type named (``Column.base_type``):
+    ``domain_base`` says what each domain is built on, a domain over a domain is followed to
+    the end (the innermost typmod that is set is the one, as in ``getBaseTypeAndTypmod``).
+    A domain over a type that is not built in (an enum, a composite, ...) is left as it is;
+    so is ``table`` when it has no domain column."""
+    columns = []
+    for column in table.columns:
+        oid, typmod, seen = column.type_oid, -1, 0
+        base = domain_base(oid) if oid >= values.FIRST_NORMAL_OID else None
+        while base is not None and seen < 64:  # a cycle the catalog cannot have, bounded
+            oid, typmod, seen = base[0], base[1] if base[1] != -1 else typmod, seen + 1
+            base = domain_base(oid) if oid >= values.FIRST_NORMAL_OID else None
+        name = values.type_name(oid)
+        if seen and not name.startswith("oid:") and (column.base_type, column.base_typmod) \
+                != (name, typmod):
+            column = replace(column, base_type=name, base_typmod=typmod)
+        columns.append(column)
+    if all(a is b for a, b in zip(columns, table.columns, strict=True)):
+        return table
+    return replace(table, columns=tuple(columns))
 
 
 def _fingerprint(obj: object) -> str:

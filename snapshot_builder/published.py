@@ -40,7 +40,13 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from decoder import values
-from snapshot_builder.catalog import Column, TableVersion, published_columns, table_from_dict
+from snapshot_builder.catalog import (
+    Column,
+    TableVersion,
+    published_columns,
+    table_from_dict,
+    with_base_types,
+)
 
 # pgoutput sends a Type message for types with OIDs from here on (FirstGenbkiObjectId)
 _FIRST_GENBKI_OID: Final = 10000
@@ -99,6 +105,25 @@ def type_name(type_oid: int, typname: str, namespace: str) -> str:
     return typname if namespace in ("", "pg_catalog") else f"{namespace}.{typname}"
 
 
+_DOMAINS: Final = """
+    SELECT oid, typbasetype, typtypmod FROM pg_catalog.pg_type
+     WHERE typtype = 'd' AND oid = ANY(%s::pg_catalog.oid[])
+"""
+
+
+def _domains(cur: psycopg.Cursor[Any], oids: set[int]) -> dict[int, tuple[int, int]]:
+    """Every domain among ``oids`` and the domains they are built on: base type OID and
+    typmod (for :func:`~snapshot_builder.catalog.with_base_types`)."""
+    found: dict[int, tuple[int, int]] = {}
+    wanted = {oid for oid in oids if oid >= values.FIRST_NORMAL_OID}
+    while wanted:
+        rows = cur.execute(_DOMAINS, (sorted(wanted),)).fetchall()
+        found.update({int(oid): (int(base), int(typmod)) for oid, base, typmod in rows})
+        wanted = {int(base) for _, base, _ in rows
+                  if int(base) >= values.FIRST_NORMAL_OID and int(base) not in found}
+    return found
+
+
 def block_size(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT current_setting('block_size')::int").fetchone()
     assert row is not None
@@ -131,6 +156,7 @@ def fetch_published_tables(conn: psycopg.Connection[Any], publication: str, *,
             columns[relid].append(Column(attname, atttypid, type_name(atttypid, typname,
                                                                        typnamespace),
                                          atttypmod, bool(is_key)))
+        domains = _domains(cur, {c.type_oid for cs in columns.values() for c in cs})
     out: dict[int, PublishedTable] = {}
     for (oid, schema, name, replident, relkind, relfilenode, size, reltuples, names,
          row_filter, definition) in tables:
@@ -140,6 +166,7 @@ def fetch_published_tables(conn: psycopg.Connection[Any], publication: str, *,
             full = published_columns(table_from_dict(definition), names)
             if full.same_layout(version) and full.qualified_name == version.qualified_name:
                 version = full
+        version = with_base_types(version, domains.get)
         out[int(oid)] = PublishedTable(version, str(relkind), int(relfilenode),
                                        -(-int(size) // blocks), int(reltuples),
                                        str(row_filter) if row_filter is not None else None)

@@ -41,7 +41,15 @@ from streaming.evolution import (
     quote,
     table_properties,
 )
-from streaming.schema import COMMIT_LSN, ORDINAL, CatalogLog, TableSpec, renamed_names
+from streaming.schema import (
+    COMMIT_LSN,
+    ORDINAL,
+    TEXT,
+    TEXT_TYPE,
+    CatalogLog,
+    TableSpec,
+    renamed_names,
+)
 from streaming.tombstones import drop_superseded, record_deletes
 
 log = logging.getLogger(__name__)
@@ -218,11 +226,16 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
         return _value(side, name, renames)
 
     exprs = []
+    untyped: list[tuple[str, str]] = []  # (column, its text where its typed value is NULL)
     for column in spec.columns:
         text = value("after", column.name)
         if column.name in keys:
             text = f"coalesce({text}, {value('before', column.name)})"
         exprs.append(f"{column.cast(text)} AS {quote(column.name)}")
+        entry = column.untyped(text)
+        if entry is not None:
+            untyped.append((column.name, entry))
+    exprs.append(f"{_text_map(untyped)} AS {TEXT}")
     unchanged = "coalesce(unchanged, array())"
     if renames:  # an unchanged TOASTed column is named as its event's version names it
         cases = " ".join(
@@ -239,6 +252,19 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
         f"{unchanged} AS _unchanged",
     ]
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
+
+
+_EMPTY = f"CAST(map() AS {TEXT_TYPE})"
+
+
+def _text_map(entries: list[tuple[str, str]]) -> str:
+    """The :data:`~streaming.schema.TEXT` map of a row: each column whose entry is not NULL;
+    NULL when there is none."""
+    if not entries:
+        return f"CAST(NULL AS {TEXT_TYPE})"
+    pairs = ", ".join(f"{_literal(name)}, {entry}" for name, entry in entries)
+    return (f"CASE WHEN coalesce({', '.join(e for _, e in entries)}) IS NULL THEN NULL "
+            f"ELSE map_filter(map({pairs}), (k, v) -> v IS NOT NULL) END")
 
 
 def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
@@ -259,8 +285,9 @@ def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = 
         f"AND NOT ({value('before', k.name)} <=> {value('after', k.name)}))" for k in keys)
     exprs = [f"{c.cast(value('before', c.name))} AS {quote(c.name)}" if c.is_key
              else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}" for c in spec.columns]
-    exprs += ["'d' AS _op", f"source.commit_lsn AS {COMMIT_LSN}",
-              f"source.ordinal AS {ORDINAL}", "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
+    exprs += [f"CAST(NULL AS {TEXT_TYPE}) AS {TEXT}", "'d' AS _op",
+              f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
+              "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
     return events.where(f"source.table_oid = {spec.oid} AND op = 'u' AND before IS NOT NULL "
                         f"AND ({changed or 'false'})").selectExpr(*exprs)
 
@@ -450,6 +477,7 @@ def _merge(target: Any, source: Any, spec: TableSpec, bounds: tuple[str, str, st
              f"AND s.{ORDINAL} > t.{ORDINAL}))")
     insert = {quote(n): f"s.{quote(n)}" for n in names}
     insert.update({m: f"s.{m}" for m in META_COLUMNS})
+    insert[TEXT] = f"s.{TEXT}"
     merge = target.alias("t").merge(source.alias("s"), on)
     if not insert_only:
         update = {
@@ -458,6 +486,12 @@ def _merge(target: Any, source: Any, spec: TableSpec, bounds: tuple[str, str, st
             for n in names
         }
         update.update({m: f"s.{m}" for m in META_COLUMNS})
+        # an unchanged TOASTed column keeps its entry, as it keeps its value
+        update[TEXT] = (
+            f"CASE WHEN size(s._unchanged) = 0 THEN s.{TEXT} ELSE map_concat("
+            f"map_filter(coalesce(t.{TEXT}, {_EMPTY}), (k, v) -> array_contains(s._unchanged, k)), "
+            f"map_filter(coalesce(s.{TEXT}, {_EMPTY}), "
+            f"(k, v) -> NOT array_contains(s._unchanged, k))) END")
         merge = merge.whenMatchedDelete(condition=f"s._op = 'd' AND {newer}")\
             .whenMatchedUpdate(condition=f"s._op != 'd' AND {newer}", set=update)
     return merge.whenNotMatchedInsert(condition="s._op != 'd'", values=insert)

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from pgcdc.errors import TerminalError
-from streaming.schema import TableSpec
+from streaming.schema import TEXT, TEXT_TYPE, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
     target = f"delta.{quote(path)}"
     columns = [(c.name, c.spark_type) for c in spec.columns] + [(m, "bigint")
                                                                 for m in meta_columns]
+    columns.append((TEXT, TEXT_TYPE))  # what a typed column cannot hold (added to old tables)
     if not DeltaTable.isDeltaTable(spark, path):
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
         properties = dict(_CREATE_PROPERTIES)

@@ -12,19 +12,27 @@ PostgreSQL):
 
 * ``bool`` boolean; ``int2``/``int4``/``int8`` smallint/int/bigint; ``oid`` bigint;
 * ``float4``/``float8`` float/double, NaN and infinities kept;
-* ``numeric(p,s)`` with p <= 38: decimal(p,s), a NaN there is NULL (Spark decimals have
-  none); any other ``numeric`` (unconstrained, or wider than 38 digits): string, the
-  exact decimal (``NaN``, ``Infinity`` spelled); ``money``: string, the exact amount;
+* ``numeric(p,s)`` with p <= 38: decimal(p,s), a NaN there is NULL in the column and
+  ``NaN`` in the row's ``_pgcdc_text`` (Spark decimals have none); any other ``numeric``
+  (unconstrained, or wider than 38 digits): string, the exact decimal (``NaN``,
+  ``Infinity`` spelled); ``money``: string, the exact amount;
 * ``bytea`` binary;
 * ``date`` date; ``timestamp`` timestamp_ntz; ``timestamptz`` timestamp (UTC).  BC dates
   and years past 9999 are kept (Spark's range is wider); ``infinity``/``-infinity`` are
   Spark's greatest/least value of the type; a timestamp past Spark's greatest
-  (+294247-01-10 04:00:54.775807; PostgreSQL allows up to 294276) is NULL;
+  (+294247-01-10 04:00:54.775807; PostgreSQL allows up to 294276) is NULL, its text in
+  the row's ``_pgcdc_text``;
+* a domain: as its base type (a domain over ``numeric(10,2)`` is decimal(10,2));
 * every other type: string, as the envelope writes it: ``time``/``timetz`` and
   ``interval`` ISO 8601, ``pg_lsn`` a number, ranges/multiranges, geometric types,
   composites and arrays JSON, everything else (text types, uuid, json/jsonb, xml, bit
-  strings, MAC and network addresses, text search types, enum labels, domains, whatever
-  their base type) PostgreSQL's text.
+  strings, MAC and network addresses, text search types, enum labels, domains over
+  those) PostgreSQL's text.
+
+Whatever a typed column cannot hold is never silently NULL: every lake table has the
+column ``_pgcdc_text`` (:data:`TEXT`), a map from column name to PostgreSQL's text of
+each value of the row whose typed column is NULL though the value is not.  docs/types.md
+has the whole table.
 """
 
 from __future__ import annotations
@@ -39,6 +47,18 @@ NUMERIC_MAX_PRECISION = 38
 # pgcdc's own columns in every lake table: the position of the change that wrote the row
 COMMIT_LSN = "_pgcdc_commit_lsn"
 ORDINAL = "_pgcdc_ordinal"
+# and, per row, PostgreSQL's text of each value its typed column cannot hold (that column
+# NULL there: a NaN in a decimal, a timestamp past Spark's); NULL or empty when none
+TEXT = "_pgcdc_text"
+TEXT_TYPE = "map<string,string>"
+
+_SIMPLE = {
+    "bool": "boolean", "int2": "smallint", "int4": "int", "int8": "bigint",
+    "oid": "bigint", "float4": "float", "float8": "double", "date": "date",
+    "timestamp": "timestamp_ntz", "timestamptz": "timestamp", "bytea": "binary",
+}
+# Spark types some of whose PostgreSQL values they cannot hold (see :meth:`ColumnSpec.untyped`)
+_NARROWER = ("timestamp", "timestamp_ntz")
 
 
 @dataclass(frozen=True)
@@ -48,23 +68,49 @@ class ColumnSpec:
     typmod: int
     is_key: bool
     attnum: int | None = None  # the column's identity across renames (captured DDL only)
+    # a domain column: its built-in base type and typmod (the catalog record's
+    # ``base_type``/``base_typmod``, sinks publish them); None in records from before
+    base_type: str | None = None
+    base_typmod: int = -1
+
+    @classmethod
+    def from_record(cls, c: dict[str, Any]) -> ColumnSpec:
+        """A column of a ``_catalog`` record (``Column.to_dict`` of snapshot_builder/catalog.py)."""
+        return cls(c["name"], c["type_name"], int(c["typmod"]), bool(c["key"]),
+                   int(c["attnum"]) if c.get("attnum") is not None else None,
+                   c.get("base_type"), int(c.get("base_typmod", -1)))
+
+    @property
+    def pg_type(self) -> str:
+        """The type whose values the column holds: a domain's base type, else its own."""
+        return self.base_type if self.base_type is not None else self.type_name
+
+    @property
+    def pg_typmod(self) -> int:
+        return self.base_typmod if self.base_type is not None else self.typmod
 
     @property
     def spark_type(self) -> str:
-        """The Spark SQL type name for this column."""
-        simple = {
-            "bool": "boolean", "int2": "smallint", "int4": "int", "int8": "bigint",
-            "oid": "bigint", "float4": "float", "float8": "double", "date": "date",
-            "timestamp": "timestamp_ntz", "timestamptz": "timestamp", "bytea": "binary",
-        }
-        if self.type_name in simple:
-            return simple[self.type_name]
-        if self.type_name == "numeric" and self.typmod >= 4:
-            precision = ((self.typmod - 4) >> 16) & 0xFFFF
-            scale = (self.typmod - 4) & 0xFFFF
+        """The Spark SQL type name for this column (a domain's: its base type's)."""
+        type_name, typmod = self.pg_type, self.pg_typmod
+        if type_name in _SIMPLE:
+            return _SIMPLE[type_name]
+        if type_name == "numeric" and typmod >= 4:
+            precision = ((typmod - 4) >> 16) & 0xFFFF
+            scale = (typmod - 4) & 0xFFFF
             if 0 < precision <= NUMERIC_MAX_PRECISION and scale <= precision:
                 return f"decimal({precision},{scale})"
         return "string"
+
+    def untyped(self, text_expr: str) -> str | None:
+        """A Spark SQL expression: the text of the value when :meth:`cast` gives NULL for it
+        though it is not NULL (a NaN in a decimal, a timestamp past Spark's greatest), else
+        NULL; the value's entry in :data:`TEXT`.  None for a type that holds every value."""
+        spark_type = self.spark_type
+        if not (spark_type in _NARROWER or spark_type.startswith("decimal")):
+            return None
+        return (f"CASE WHEN {text_expr} IS NOT NULL AND ({self.cast(text_expr)}) IS NULL "
+                f"THEN {text_expr} END")
 
     def cast(self, text_expr: str) -> str:
         """A Spark SQL expression turning the JSON text of a value into this column's type."""
@@ -133,11 +179,7 @@ class TableSpec:
     @classmethod
     def from_json(cls, raw: str | bytes) -> TableSpec:
         data: dict[str, Any] = json.loads(raw)
-        columns = tuple(
-            ColumnSpec(c["name"], c["type_name"], int(c["typmod"]), bool(c["key"]),
-                       int(c["attnum"]) if c.get("attnum") is not None else None)
-            for c in data["columns"]
-        )
+        columns = tuple(ColumnSpec.from_record(c) for c in data["columns"])
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
                    int(data.get("lsn", 0)), data.get("topic", ""), columns,
                    data.get("value_format", "json"), data.get("value_schema"),

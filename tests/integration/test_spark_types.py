@@ -49,12 +49,13 @@ import pytest
 from psycopg import sql
 
 from decoder.slot import current_wal_lsn
+from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.evolution import quote
-from streaming.schema import ColumnSpec
+from streaming.schema import TEXT, ColumnSpec
 from tests.integration.test_values_roundtrip import ARRAYS, RANGES, SCALARS
 
 pytestmark = pytest.mark.spark
@@ -416,3 +417,125 @@ def test_every_type_reaches_the_lake(pg_conn: Conn, pg_dsn: str, kafka_servers: 
     assert (types["s_int8"], types["s_numeric_10_2"], types["s_timestamptz"],
             types["s_bytea"], types["s_date"]) == ("bigint", "decimal(10,2)", "timestamp",
                                                    "binary", "date")
+
+
+# --- values a typed column cannot hold, domains, network addresses (issue 15, point 7) --------
+
+_LOSSY = {  # column -> (SQL type, literals of rows 1.., then updates of row 1 and row 2)
+    "d_posint": ("posint", ("1", "2147483647")),
+    "d_price": ("price", ("12.5", "-99999999.99", "'NaN'")),
+    "d_dear": ("dear_price", ("0.01", "'NaN'")),
+    "d_label": ("label", ("'plain'", "''")),
+    "d_at": ("stamp", ("'2024-02-29 10:11:12.5+02'", "'294276-12-31 23:59:59.999999+00'")),
+    "n": ("numeric(10,2)", ("'NaN'", "12.5", "-0.01")),
+    "ts": ("timestamp", ("'294276-12-31 23:59:59.999999'", "'2024-01-01 00:00:00'",
+                         "'294247-01-10 04:00:54.775808'", "'294276-01-01 00:00:00'")),
+    "tstz": ("timestamptz", ("'294276-12-31 23:59:59.5+00'", "'2024-01-01 00:00:00+00'")),
+    "ip": ("inet", ("'192.168.1.5'", "'::ffff:1.2.3.4'", "'192.168.1.5/24'", "'::1.2.3.4'",
+                    "'2001:db8::1/64'", "'::ffff:1.2.3.4/120'", "'10.0.0.1/32'")),
+    "net": ("cidr", ("'10/8'", "'::ffff:1.2.3.0/120'", "'2001:db8::/32'", "'::/0'",
+                     "'192.168.0.0/24'")),
+}
+
+
+def _create_lossy(conn: Conn) -> int:
+    conn.execute("CREATE DOMAIN posint AS integer CHECK (VALUE > 0)")
+    conn.execute("CREATE DOMAIN price AS numeric(10,2)")
+    conn.execute("CREATE DOMAIN dear_price AS price CHECK (VALUE IS NULL OR VALUE <> 0)")
+    conn.execute("CREATE DOMAIN label AS text")
+    conn.execute("CREATE DOMAIN stamp AS timestamptz")
+    conn.execute(sql.SQL("CREATE TABLE lossy (id int PRIMARY KEY, {})").format(
+        sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+                           for n, (t, _) in _LOSSY.items())))
+    return max(len(literals) for _, literals in _LOSSY.values()) + 1  # the last: all NULL
+
+
+def _insert_lossy(conn: Conn, rows: int) -> None:
+    for i in range(rows):
+        conn.execute(sql.SQL("INSERT INTO lossy VALUES ({}, {})").format(
+            sql.Literal(i), sql.SQL(", ").join(
+                sql.SQL(literals[i] if i < len(literals) else "NULL")
+                for _, literals in _LOSSY.values())))
+
+
+@pytest.mark.parametrize("value_format", ["avro", "json"])
+def test_values_a_typed_column_cannot_hold(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
+                                           topic_prefix: str, spark: Any, tmp_path: Path,
+                                           value_format: str) -> None:
+    """A domain lands as its base type; a NaN in numeric(10,2) and a timestamp past Spark's
+    greatest are NULL in their typed column and PostgreSQL's text in ``_pgcdc_text`` (kept
+    through updates of other columns, gone when the value changes); inet/cidr are
+    PostgreSQL's text; the lake equals the source through pgcdc.clone.compare."""
+    history = tmp_path / "catalog"
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+
+    def capture_and_apply(batch_id: int) -> Any:
+        sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, value_format=value_format)
+        pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.lossy"],
+                                           catalog_dir=history), sink)
+        pipeline.prepare()
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+        sink.close()
+        catalog = job.read_catalog(spark, config)
+        topic = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_servers)
+                 .option("subscribePattern", table_topic_pattern(topic_prefix))
+                 .option("startingOffsets", "earliest").option("includeHeaders", "true")
+                 .load())
+        apply_batch(spark, topic, batch_id, catalog=catalog, lake=lake, app_id="lossy")
+        with psycopg.connect(pg_dsn) as conn:
+            (result,) = compare(conn, spark, lake, catalog.tables())
+        assert result.equal, result
+        return catalog
+
+    rows = _create_lossy(pg_conn)
+    Pipeline(PipelineConfig(pg_dsn, tables=["public.lossy"], catalog_dir=history),
+             _Unused()).prepare()
+    _insert_lossy(pg_conn, rows)
+    catalog = capture_and_apply(0)
+    (spec,) = catalog.tables()
+    base = {c.name: (c.base_type, c.spark_type) for c in spec.columns}
+    assert base["d_posint"] == ("int4", "int")
+    assert base["d_price"] == base["d_dear"] == ("numeric", "decimal(10,2)")
+    assert base["d_label"] == ("text", "string") and base["d_at"] == ("timestamptz", "timestamp")
+
+    delta = spark.read.format("delta").load(f"{lake}/public.lossy")
+    types = dict(delta.dtypes)
+    assert (types["d_posint"], types["d_price"], types["d_dear"], types["d_label"],
+            types["d_at"], types["n"], types["ts"], types["ip"], types[TEXT]) == (
+        "int", "decimal(10,2)", "decimal(10,2)", "string", "timestamp", "decimal(10,2)",
+        "timestamp_ntz", "string", "map<string,string>")
+    got = {r["id"]: r for r in delta.collect()}
+    assert len(got) == rows
+    assert got[0]["n"] is None and got[0][TEXT]["n"] == "NaN"
+    assert got[0]["ts"] is None and got[0][TEXT]["ts"] == "294276-12-31 23:59:59.999999"
+    assert got[0]["tstz"] is None and got[0][TEXT]["tstz"] == "294276-12-31 23:59:59.5+00"
+    assert got[1][TEXT] == {"d_dear": "NaN", "d_at": "294276-12-31 23:59:59.999999+00"}
+    assert got[2]["ts"] is None and got[2][TEXT] == {"d_price": "NaN",
+                                                     "ts": "294247-01-10 04:00:54.775808"}
+    assert got[rows - 1][TEXT] is None  # all NULL: nothing kept
+    with pg_conn.transaction():
+        source_ip = {r[0]: r[1] for r in pg_conn.execute(
+            "SELECT id, format('%s', ip) FROM lossy WHERE ip IS NOT NULL").fetchall()}
+    assert {i: got[i]["ip"] for i in source_ip} == source_ip
+    assert got[1]["ip"] == "::ffff:1.2.3.4" and got[0]["ip"] == "192.168.1.5"
+
+    # updates: the kept text follows the value (another column changed: kept; the value
+    # changed: replaced or gone)
+    pg_conn.execute("UPDATE lossy SET d_label = 'touched' WHERE id = 0")
+    pg_conn.execute("UPDATE lossy SET n = 'NaN', ts = '2024-05-05 05:05:05' WHERE id = 1")
+    pg_conn.execute("UPDATE lossy SET d_price = 3, ts = '294276-01-01 00:00:00' WHERE id = 2")
+    capture_and_apply(1)
+    got = {r["id"]: r for r in spark.read.format("delta").load(f"{lake}/public.lossy")
+           .collect()}
+    assert got[0][TEXT] == {"n": "NaN", "ts": "294276-12-31 23:59:59.999999",
+                            "tstz": "294276-12-31 23:59:59.5+00"}
+    assert got[1][TEXT] == {"d_dear": "NaN", "d_at": "294276-12-31 23:59:59.999999+00",
+                            "n": "NaN"}
+    assert got[2][TEXT] == {"ts": "294276-01-01 00:00:00"} and got[2]["d_price"] == Decimal(3)
+
+
+class _Unused:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")
