@@ -348,6 +348,11 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     otherwise looked up here, and without ``ops`` the full MERGE runs."""
     step = steps if steps is not None else Steps(spark, -1 if idempotence is None
                                                  else idempotence[1])
+    from streaming import multiset  # (it imports this module)
+
+    if multiset.keyless(spec):  # rows without a key: a multiset, duplicates kept
+        return multiset.apply_multiset(spark, events, spec, lake, idempotence=idempotence,
+                                       changelog=changelog, versions=versions, steps=step)
     path = table_path(lake, spec)
     with step("table"):
         target = ensure_table(spark, path, spec, versions)

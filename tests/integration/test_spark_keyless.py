@@ -1,0 +1,184 @@
+"""Issue 15, point 2: a keyless REPLICA IDENTITY FULL table is a multiset in the lake.
+
+Three identical rows stay three; a DELETE or UPDATE of one of them changes exactly one,
+through several micro-batches, a batch applied twice, the same offsets applied by another
+query, and pgcdc's events sent twice into Kafka (the same WAL range captured again, as a
+restart resends it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from decoder.slot import current_wal_lsn
+from pgcdc.clone import compare
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from sinks.kafka import KafkaSink, table_topic_pattern
+from streaming import job
+from streaming.apply import apply_batch, parse_envelopes
+from streaming.multiset import APPLIED_PROPERTY, OCCURRENCE
+
+pytestmark = pytest.mark.spark
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+TABLES = ["public.k", "public.kp"]
+AGAIN = "pgcdc_again"  # a second slot: the same WAL range captured twice
+
+
+class _NoSink:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")
+
+
+def _capture(dsn: str, servers: str, prefix: str, conn: Conn, slot: str = "pgcdc") -> None:
+    sink = KafkaSink(servers, topic_prefix=prefix)
+    Pipeline(PipelineConfig(dsn, slot=slot, tables=TABLES), sink).run(
+        until_lsn=current_wal_lsn(conn))
+    sink.close()
+
+
+def _frozen(spark: Any, servers: str, prefix: str) -> Any:
+    """What the change topics hold now, as a DataFrame that later writes do not change."""
+    topic = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
+             .option("subscribePattern", table_topic_pattern(prefix))
+             .option("startingOffsets", "earliest").option("includeHeaders", "true").load())
+    return spark.createDataFrame(topic.collect(), topic.schema)
+
+
+def _since(everything: Any, before: Any) -> Any:
+    """The records of ``everything`` that ``before`` does not hold (the next micro-batch)."""
+    return everything.join(before.select("topic", "partition", "offset"),
+                           ["topic", "partition", "offset"], "left_anti")
+
+
+def _source_counts(conn: Conn, table: str) -> list[tuple[object, ...]]:
+    return sorted(conn.execute(f"SELECT a, b, c, md5(big), count(*) FROM {table} "  # noqa: S608
+                               "GROUP BY a, b, c, md5(big)").fetchall(), key=repr)
+
+
+def _lake_counts(spark: Any, lake: str, table: str) -> list[tuple[object, ...]]:
+    rows = spark.read.format("delta").load(f"{lake}/{table}").selectExpr(
+        "a", "b", "c", "md5(big) AS big").groupBy("a", "b", "c", "big").count().collect()
+    return sorted((tuple(r) for r in rows), key=repr)
+
+
+def test_keyless_full_table_keeps_duplicates(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Any) -> None:
+    # k: no key at all; kp: FULL with a primary key (a set, which the multiset path keeps)
+    pg_conn.execute("CREATE TABLE k (a int, b text, c numeric(10,2), big text)")
+    pg_conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
+    pg_conn.execute("CREATE TABLE kp (a int PRIMARY KEY, b text, c numeric(10,2), big text)")
+    pg_conn.execute("ALTER TABLE kp REPLICA IDENTITY FULL")
+    for slot in ("pgcdc", AGAIN):
+        Pipeline(PipelineConfig(pg_dsn, slot=slot, tables=TABLES), _NoSink()).prepare()
+    # an incompressible value, stored out of line: an update that leaves it alone sends it
+    # as an unchanged TOASTed column
+    big = "(SELECT string_agg(md5(g::text || %s), '') FROM generate_series(1, 300) g)"
+
+    pg_conn.execute("INSERT INTO k VALUES (1, 'x', 1.50, 'small'), (1, 'x', 1.50, 'small'), "
+                    "(1, 'x', 1.50, 'small'), (2, NULL, NULL, NULL), (2, NULL, NULL, NULL), "
+                    "(NULL, NULL, NULL, NULL)")
+    pg_conn.execute(f"INSERT INTO k SELECT 3, 'toast', 3.00, {big} "  # noqa: S608
+                    "FROM generate_series(1, 3)", ("t",))
+    pg_conn.execute("INSERT INTO kp SELECT g, 'p', g, NULL FROM generate_series(1, 5) g")
+    _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn)
+
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    first = _frozen(spark, kafka_servers, topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    assert {s.qualified_name: s.replica_identity for s in catalog.tables()} == {
+        "public.k": "f", "public.kp": "f"}
+    apply_batch(spark, first, 0, catalog=catalog, lake=lake, app_id="keyless")
+
+    def check(stage: str) -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            results = compare(conn, spark, lake, job.read_catalog(spark, config).tables())
+            assert all(r.equal for r in results), (stage, results)
+            assert _lake_counts(spark, lake, "public.k") == _source_counts(conn, "k"), stage
+
+    check("three identical rows")
+    assert spark.read.format("delta").load(f"{lake}/public.k").count() == 9
+
+    # one of three deleted, one of two updated (to NULLs, and to an existing content), one
+    # of the TOASTed rows updated with its big value unchanged, more duplicates inserted
+    pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE a = 1 LIMIT 1)")
+    pg_conn.execute("UPDATE k SET b = 'y' WHERE ctid = (SELECT ctid FROM k WHERE a = 2 LIMIT 1)")
+    pg_conn.execute("UPDATE k SET a = NULL, b = NULL, c = NULL, big = NULL "
+                    "WHERE ctid = (SELECT ctid FROM k WHERE a = 1 LIMIT 1)")
+    pg_conn.execute("UPDATE k SET c = 4.25 WHERE ctid = (SELECT ctid FROM k WHERE a = 3 LIMIT 1)")
+    pg_conn.execute("INSERT INTO k VALUES (1, 'x', 1.50, 'small'), (1, 'x', 1.50, 'small'), "
+                    "(NULL, NULL, NULL, NULL)")
+    with pg_conn.transaction():  # inserted and deleted again inside one batch
+        pg_conn.execute("INSERT INTO k VALUES (5, 'gone', NULL, NULL), (5, 'gone', NULL, NULL)")
+        pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE a = 5 LIMIT 1)")
+    pg_conn.execute("UPDATE kp SET b = 'q' WHERE a <= 2")
+    pg_conn.execute("DELETE FROM kp WHERE a = 5")
+    _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn)
+    # a restart resends: the other slot captures everything from the start once more
+    _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn, slot=AGAIN)
+    second = _frozen(spark, kafka_servers, topic_prefix)
+    batch = _since(second, first)
+    catalog = job.read_catalog(spark, config)
+
+    def positions(records: Any) -> Any:
+        decoding: Any = catalog  # (the CatalogLog interface parse_envelopes reads)
+        return parse_envelopes(records, decoding).selectExpr(
+            "source.table_oid AS oid", "source.commit_lsn AS lsn", "source.ordinal AS ordinal")
+
+    # the batch holds the first batch's events again, and its own twice
+    assert positions(batch).join(positions(first), ["oid", "lsn", "ordinal"],
+                                 "left_semi").count() == first.count()
+    assert positions(batch).groupBy("oid", "lsn", "ordinal").count().where(
+        "count = 2").count() > 0
+    apply_batch(spark, batch, 1, catalog=catalog, lake=lake, app_id="keyless")
+    check("one duplicate deleted, one updated, more inserted")
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM k WHERE a = 1").fetchone()
+    assert row is not None and row[0] == 3  # 3 - 1 deleted - 1 updated + 2 inserted
+    stored = spark.read.format("delta").load(f"{lake}/public.k")
+    assert OCCURRENCE in stored.columns
+    assert sorted(r[0] for r in stored.where("a = 1").select(OCCURRENCE).collect()) == [1, 2, 3]
+
+    # a truncate, then rows again, over two more batches
+    pg_conn.execute("UPDATE k SET b = 'doomed' WHERE ctid = (SELECT ctid FROM k LIMIT 1)")
+    pg_conn.execute("TRUNCATE k")
+    pg_conn.execute("INSERT INTO k VALUES (1, 'x', 1.50, 'small'), (1, 'x', 1.50, 'small'), "
+                    "(7, NULL, NULL, NULL)")
+    _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn)
+    third = _frozen(spark, kafka_servers, topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    apply_batch(spark, _since(third, second), 2, catalog=catalog, lake=lake, app_id="keyless")
+    check("truncated")
+    pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE a = 1 LIMIT 1)")
+    pg_conn.execute("INSERT INTO k VALUES (7, NULL, NULL, NULL)")
+    _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn)
+    fourth = _since(_frozen(spark, kafka_servers, topic_prefix), third)
+    assert apply_batch(spark, fourth, 3, catalog=catalog, lake=lake,
+                       app_id="keyless") == {"public.k": 2}  # occurrence 2 out, 7's 2 in
+    check("after the truncate")
+    table = spark.sql(f"DESCRIBE DETAIL delta.`{lake}/public.k`").collect()[0]
+    assert APPLIED_PROPERTY in table["properties"]
+
+    # the same batch again (a retried batch: Delta skips it), and every batch again under
+    # another query over the same lake (the watermark leaves them out)
+    assert apply_batch(spark, fourth, 3, catalog=catalog, lake=lake,
+                       app_id="keyless") == {"public.k": 0}
+    for n, again in enumerate([first, batch, _since(third, second), fourth]):
+        applied = apply_batch(spark, again, n, catalog=catalog, lake=lake, app_id="replay")
+        assert set(applied.values()) == {0}, (n, applied)
+    check("replayed")
+
+    # and everything (with its duplicates) in one batch, into a fresh lake
+    fresh = (tmp_path / "fresh").as_uri()
+    apply_batch(spark, _frozen(spark, kafka_servers, topic_prefix), 0, catalog=catalog,
+                lake=fresh, app_id="fresh")
+    with psycopg.connect(pg_dsn) as conn:
+        results = compare(conn, spark, fresh, catalog.tables())
+    assert all(r.equal for r in results), results
+    assert {r.table: r.source.rows for r in results} == {"public.k": 3, "public.kp": 4}
