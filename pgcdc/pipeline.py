@@ -548,7 +548,14 @@ class Pipeline:
         self._end(end_lsn)
 
     def _describe(self, table: TableVersion, lsn: int) -> None:
-        """From here on, changes of this table decode with this version."""
+        """From here on, changes of this table decode with this version, published with the
+        LSN it counts from.  A Relation message carries none (PostgreSQL writes it with an
+        invalid LSN, 0, as every message but a transaction's last): its version counts from
+        the commit of the transaction it describes (from the stream's position for one being
+        prepared), never from 0, which would order it before every version published
+        earlier (an initial load's, say)."""
+        if not lsn:
+            lsn = self._txn.commit_lsn if self._txn is not None else self.progress.received_lsn
         if self._decoders.describe(table):
             described = self._decoders.get(table.oid)  # its domain columns' base types named
             self.sink.publish_table(described[0] if described is not None else table, lsn)

@@ -107,6 +107,11 @@ def catalog_topic(prefix: str) -> str:
     return f"{prefix}.{CATALOG_SUFFIX}"
 
 
+def catalog_history_topic(prefix: str) -> str:
+    """The catalog history's entries (snapshot_builder/history.py ``Entry.to_json``)."""
+    return f"{prefix}.{CATALOG_SUFFIX}_history"
+
+
 class KafkaSink:
     def __init__(self, bootstrap_servers: str, *, topic_prefix: str = "pgcdc",
                  partitions: int = 1, replication_factor: int = 1,
@@ -169,7 +174,7 @@ class KafkaSink:
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
-        self.catalog_history_topic = f"{topic_prefix}._catalog_history"
+        self.catalog_history_topic = catalog_history_topic(topic_prefix)
         self.transaction_topic = (f"{topic_prefix}.{TRANSACTIONS_SUFFIX}"
                                   if transaction_topic else None)
         self._txn_counts: dict[str, int] = {}

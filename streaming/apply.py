@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from streaming import ownership
+from streaming.catalog import LakeCatalog
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
     cached_property,
@@ -550,16 +552,38 @@ class Steps:
         return ", ".join(f"{name} {spent:.2f} s" for name, spent in self.seconds.items())
 
 
-CatalogSource = CatalogLog | Callable[[set[str]], CatalogLog]
+Catalogue = CatalogLog | LakeCatalog
+CatalogSource = Catalogue | Callable[[set[str]], Catalogue]
+
+
+def _resolved(catalog: CatalogSource, versions: set[str]) -> LakeCatalog:
+    found = catalog(versions) if callable(catalog) else catalog
+    return found if isinstance(found, LakeCatalog) else LakeCatalog(found)
+
+
+def _lives(summary: dict[int, TableBatch], catalog: LakeCatalog) -> list[int]:
+    """The batch's tables, each table's life before the next one's: a table dropped and
+    created again under the same name is applied (and retired) before its successor."""
+    def born(oid: int) -> tuple[int, int]:
+        at = catalog.born(oid)
+        return (-1 if at is None else at, oid)
+
+    return sorted(summary, key=born)
 
 
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
                 app_id: str, changelog: bool = False, steps: Steps | None = None,
-                touched: set[str] | None = None) -> dict[str, int]:
+                touched: set[str] | None = None, archive: bool = False) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table.
 
-    ``catalog``: the catalog log, or a function giving one that holds the given versions
-    (the job's cache, which reads the catalog topic again only for a version it lacks).
+    ``catalog``: the catalog (streaming/catalog.py: the catalog history replayed, with the
+    ``_catalog`` records), or only the ``_catalog`` records, or a function giving one that
+    holds the given versions (the job's cache, which reads the catalog topics again for a
+    version it lacks, and when called with none).  Each table is brought to the newest
+    shape the catalog gives it; the tables of the batch are applied one life after the
+    other (streaming/ownership.py): a table the history shows dropped is retired (dropped,
+    or moved aside with ``archive``) once its events are applied, before a table created
+    under its name takes the location.
     ``touched``: if given, the location of every table the batch wrote is added to it.
     """
     step = steps if steps is not None else Steps(spark, batch_id)
@@ -571,20 +595,38 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         if not versions:
             return {}
         with step("catalog"):
-            log_ = catalog if isinstance(catalog, CatalogLog) else catalog(
-                {v for _, v in versions if v is not None})
-        events = parse_envelopes(batch, log_, rows=rows, versions=versions).persist()
+            resolved = _resolved(catalog, {v for _, v in versions if v is not None})
+        events = parse_envelopes(batch, resolved.log, rows=rows, versions=versions).persist()
         with step("decode"):
-            summary = summarize(events, log_)
+            try:
+                summary = summarize(events, resolved.log)
+            except CatalogMismatchError:
+                if not callable(catalog):
+                    raise
+                # a table the cached catalog does not know (one created again under its
+                # name may carry a version the cache holds for the old one): read again
+                resolved = _resolved(catalog, set())
+                summary = summarize(events, resolved.log)
         applied: dict[str, int] = {}
-        for oid, found in sorted(summary.items()):
-            spec = log_.latest(oid)
+        for oid in _lives(summary, resolved):
+            found = summary[oid]
+            spec = resolved.latest(oid)
+            path = table_path(lake, spec)
+            with step("table"):
+                if not ownership.take(spark, path, oid, spec.qualified_name, resolved,
+                                      lake=lake, archive=archive):
+                    continue
             if touched is not None:
-                touched.add(table_path(lake, spec))
-            applied[spec.qualified_name] = apply_table(
+                touched.add(path)
+            applied[spec.qualified_name] = applied.get(spec.qualified_name, 0) + apply_table(
                 spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog,
-                versions=log_.versions(oid), truncate=found.truncate, ops=found.ops,
+                versions=resolved.versions(oid), truncate=found.truncate, ops=found.ops,
                 steps=step)
+            if resolved.dropped(oid) is not None:
+                with step("drop"):
+                    ownership.retire(spark, path, oid, lake=lake, archive=archive)
+        with step("drop"):
+            ownership.retire_dropped(spark, resolved, table_path, lake=lake, archive=archive)
         return applied
     finally:
         if events is not None:

@@ -56,6 +56,9 @@ def widens(old: str, new: str) -> bool:
 
 COLUMNS_PROPERTY = "pgcdc.columns"  # {attnum: the Delta column's name}, as JSON
 TRUNCATED_PROPERTY = "pgcdc.truncatedAt"  # "<commit_lsn>/<ordinal>" of the newest truncate
+# the OID of the source table whose rows the lake table holds: a table dropped and created
+# again under the same name has another OID, and its lake table starts empty
+OID_PROPERTY = "pgcdc.oid"
 
 _CREATE_PROPERTIES = {
     "delta.enableTypeWidening": "true",
@@ -96,6 +99,22 @@ def forget(path: str) -> None:
     _STATE.pop(path, None)
 
 
+def set_properties(spark: Any, path: str, properties: dict[str, str]) -> None:
+    """Set table properties (and read the table's metadata again next time)."""
+    spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
+              f"({_properties_sql(properties)})")
+    forget(path)
+
+
+def table_exists(spark: Any, path: str) -> bool:
+    """A Delta table is at ``path`` (known without a look once this driver used it)."""
+    if path in _STATE:
+        return True
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
 def cached_property(spark: Any, path: str, key: str) -> str | None:
     if path not in _STATE:
         _STATE[path] = (None, table_properties(spark, path))
@@ -123,6 +142,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
         properties = dict(_CREATE_PROPERTIES)
         properties[COLUMNS_PROPERTY] = json.dumps(_identities(spec), sort_keys=True)
+        properties[OID_PROPERTY] = str(spec.oid)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {target} ({ddl}) USING DELTA "
                   f"TBLPROPERTIES ({_properties_sql(properties)})")
         _STATE[path] = (spec.version, table_properties(spark, path))

@@ -1,8 +1,9 @@
 """The Structured Streaming query: change topics in Kafka -> MERGE into Delta tables.
 
 Subscribes to every table topic of a prefix by pattern (new tables are picked
-up as their topics appear), reads the catalog log from Kafka (again whenever
-a micro-batch names a table version it has not seen), and applies the batch
+up as their topics appear), reads the catalog from Kafka (the catalog history and the
+table versions, streaming/catalog.py; again whenever a micro-batch names a table version
+it has not seen, and every ``catalog_refresh`` seconds), and applies the batch
 with :func:`streaming.apply.apply_batch`; every ``optimize_every`` batches, the tables
 written since are compacted (:mod:`streaming.compaction`).
 Checkpoint and table locations are URIs; nothing assumes local mode.
@@ -12,13 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pgcdc.errors import ConfigError
-from sinks.kafka import catalog_topic, table_topic_pattern
+from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern
 from streaming.apply import Steps, apply_batch
+from streaming.catalog import LakeCatalog, replay
 from streaming.compaction import compact
 from streaming.schema import CatalogLog, TableSpec
 
@@ -36,6 +40,9 @@ class JobConfig:
     kafka_options: dict[str, str] | None = None
     changelog: bool = False  # also append every event to <table>__changelog
     optimize_every: int | None = None  # compact the touched tables every N batches
+    # a dropped table's lake table is moved to <lake>/_archive/<name>.<oid> instead of dropped
+    archive_dropped: bool = False
+    catalog_refresh: float = 30.0  # seconds between reads of the catalog topics, at most
 
     def __post_init__(self) -> None:
         if self.optimize_every is not None and self.optimize_every < 1:
@@ -44,17 +51,23 @@ class JobConfig:
             raise ConfigError(msg)
 
 
-def read_catalog(spark: Any, config: JobConfig) -> CatalogLog:
-    """Every table version in the catalog topic (a bounded batch read)."""
+def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
+    """The catalog history and every table version, from the catalog topics (one bounded
+    batch read of both; the history's topic may not exist yet)."""
+    history_topic = catalog_history_topic(config.topic_prefix)
+    topics = [catalog_topic(config.topic_prefix), history_topic]
     reader = (spark.read.format("kafka")
               .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribe", catalog_topic(config.topic_prefix))
+              .option("subscribePattern", "|".join(f"^{re.escape(t)}$" for t in topics))
               .option("startingOffsets", "earliest")
               .option("endingOffsets", "latest"))
     for key, value in (config.kafka_options or {}).items():
         reader = reader.option(f"kafka.{key}", value)
-    rows = reader.load().selectExpr("CAST(value AS STRING) AS v").collect()
-    return CatalogLog([TableSpec.from_json(r["v"]) for r in rows])
+    rows = sorted(reader.load().selectExpr("topic", "offset", "CAST(value AS STRING) AS v")
+                  .where("v IS NOT NULL").collect(), key=lambda r: (r["topic"], r["offset"]))
+    specs = [TableSpec.from_json(r["v"]) for r in rows if r["topic"] != history_topic]
+    history = replay(r["v"] for r in rows if r["topic"] == history_topic)
+    return LakeCatalog(CatalogLog(specs), history, prefix=config.topic_prefix)
 
 
 def app_id(config: JobConfig) -> str:
@@ -77,22 +90,25 @@ def start(spark: Any, config: JobConfig,
     for key, value in (config.kafka_options or {}).items():
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
-    cached: list[CatalogLog] = []
+    cached: list[tuple[float, LakeCatalog]] = []
     touched: set[str] = set()  # tables written since the last compaction
 
-    def catalog_for(versions: set[str]) -> CatalogLog:
-        """The catalog log, read again from Kafka only when a batch names a version it lacks
-        (or events without a version header)."""
-        if not cached or not versions or any(cached[0].by_version(v) is None
-                                             for v in versions):
-            cached[:] = [read_catalog(spark, config)]
-        return cached[0]
+    def catalog_for(versions: set[str]) -> LakeCatalog:
+        """The catalog, read again from Kafka when a batch names a version it lacks (or
+        events without a version header, or the batch asks again), and at least every
+        ``catalog_refresh`` seconds, so that a table dropped without further events is
+        retired too."""
+        now = time.monotonic()
+        if not cached or not versions or now - cached[0][0] >= config.catalog_refresh \
+                or any(cached[0][1].by_version(v) is None for v in versions):
+            cached[:] = [(now, read_catalog(spark, config))]
+        return cached[0][1]
 
     def each_batch(batch: Any, batch_id: int) -> None:
         steps = Steps(spark, batch_id)
         applied = apply_batch(spark, batch, batch_id, catalog=catalog_for, lake=config.lake,
                               app_id=identity, changelog=config.changelog, steps=steps,
-                              touched=touched)
+                              touched=touched, archive=config.archive_dropped)
         every = config.optimize_every
         if every and touched and (batch_id + 1) % every == 0:  # after the batch committed
             with steps("optimize"):

@@ -178,7 +178,14 @@ class TableSpec:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TableSpec:
+        """A ``<prefix>._catalog`` record."""
         data: dict[str, Any] = json.loads(raw)
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableSpec:
+        """A ``_catalog`` record as a dict, or a catalog history's table (its ``to_dict``,
+        which the record extends with ``lsn``, ``topic`` and the writer schema)."""
         columns = tuple(ColumnSpec.from_record(c) for c in data["columns"])
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
                    int(data.get("lsn", 0)), data.get("topic", ""), columns,

@@ -1,0 +1,222 @@
+"""The Spark job resolves tables through the builder's catalog history (issue 15): real
+PostgreSQL -> pgcdc -> Kafka -> apply_batch -> Delta, compared with the source.
+
+* point 4: after an initial load, a column added later reaches the lake (with DDL capture,
+  through the history; without it, through the ``_catalog`` records, whose LSNs are true);
+* point 3b: with ``FOR ALL TABLES`` / ``FOR TABLES IN SCHEMA``, a dropped table leaves the lake
+  (or moves to the archive) and a table created again under its name starts empty, whether
+  both lives arrive in one micro-batch or in two.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from decoder.slot import current_wal_lsn
+from pgcdc.clone import compare
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from sinks.kafka import KafkaSink, table_topic_pattern
+from snapshot_builder.initial_load import InitialLoad, LoadConfig
+from streaming import job
+from streaming.apply import apply_batch, table_path
+from streaming.ownership import archive_path
+
+pytestmark = pytest.mark.spark
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+NAME = 'we"ird;name'  # a quote and a semicolon
+QUOTED = sql.Identifier(NAME)
+
+
+def _stream(dsn: str, servers: str, prefix: str, conn: Conn, *, tables: list[str] | None,
+            history: Path | None) -> None:
+    """``pgcdc run`` until everything written so far is in Kafka (the catalog history kept in
+    ``history``; None: DDL capture off)."""
+    sink = KafkaSink(servers, topic_prefix=prefix)
+    pipeline = Pipeline(PipelineConfig(dsn, tables=tables, catalog_dir=history,
+                                       capture_ddl=history is not None), sink)
+    pipeline.prepare()
+    pipeline.run(until_lsn=current_wal_lsn(conn))
+    sink.close()
+
+
+def _topics(spark: Any, servers: str, prefix: str) -> Any:
+    """What the change topics hold now, as a DataFrame that later writes do not change."""
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers)
+             .option("subscribePattern", table_topic_pattern(prefix))
+             .option("startingOffsets", "earliest").option("includeHeaders", "true").load())
+    return spark.createDataFrame(frame.collect(), frame.schema)
+
+
+def _since(everything: Any, before: Any) -> Any:
+    return everything.join(before.select("topic", "partition", "offset"),
+                           ["topic", "partition", "offset"], "left_anti")
+
+
+@pytest.mark.parametrize("capture", [True, False], ids=["history", "records"])
+def test_column_added_after_the_initial_load_reaches_the_lake(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path, capture: bool) -> None:
+    """Issue 15 point 4, as reported: a load, then ADD COLUMN b and a row using it."""
+    pg_conn.execute("CREATE TABLE ev (id int PRIMARY KEY, a text)")
+    pg_conn.execute("INSERT INTO ev VALUES (1, 'a')")
+    history = tmp_path / "catalog" if capture else None
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    load = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", tables=["public.ev"],
+                                  readers=1, capture_ddl=capture, catalog_dir=history), sink)
+    assert load.run().complete
+    sink.close()
+    pg_conn.execute("ALTER TABLE ev ADD COLUMN b int")
+    pg_conn.execute("INSERT INTO ev VALUES (2, 'b', 7)")
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=["public.ev"],
+            history=history)
+
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    (spec,) = catalog.tables()
+    assert catalog.knows(spec.oid) is capture
+    # every published version counts from a true LSN, the stream's after the load's
+    published = catalog.log.versions(spec.oid)
+    assert len(published) == 2 and 0 < published[0].lsn < published[1].lsn
+    assert [c.name for c in spec.columns] == ["id", "a", "b"]
+    apply_batch(spark, _topics(spark, kafka_servers, topic_prefix), 0, catalog=catalog,
+                lake=lake, app_id="load")
+    rows = spark.read.format("delta").load(table_path(lake, spec)).orderBy("id").collect()
+    assert [(r["id"], r["a"], r["b"]) for r in rows] == [(1, "a", None), (2, "b", 7)]
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, [spec])
+    assert result.equal, result
+
+
+class _NoSink:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")
+
+
+def _publication(conn: Conn, kind: str) -> list[str] | None:
+    """The publication pgcdc streams: FOR ALL TABLES (pgcdc creates it without --tables), or
+    FOR TABLES IN SCHEMA public (created here)."""
+    if kind == "schema":
+        conn.execute("CREATE PUBLICATION pgcdc FOR TABLES IN SCHEMA public")
+    return None
+
+
+def _first_life(conn: Conn) -> None:
+    conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(QUOTED))
+    conn.execute("CREATE TABLE gone (id int PRIMARY KEY, v text)")
+    conn.execute("CREATE TABLE stays (id int PRIMARY KEY, v text)")
+
+
+def _first_rows(conn: Conn) -> None:
+    conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'old' || g FROM generate_series(1, 8) g")
+                 .format(QUOTED))
+    conn.execute(sql.SQL("UPDATE {} SET v = 'old!' WHERE id % 3 = 0").format(QUOTED))
+    conn.execute("INSERT INTO gone SELECT g, 'g' || g FROM generate_series(1, 4) g")
+    conn.execute("INSERT INTO stays VALUES (1, 'x')")
+
+
+def _second_life(conn: Conn) -> None:
+    """Dropped and created again with the same definition (so the same table version), rows
+    at some of the old keys; ``gone`` dropped for good."""
+    conn.execute(sql.SQL("DROP TABLE {}").format(QUOTED))
+    conn.execute("DROP TABLE gone")
+    conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(QUOTED))
+    conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'new' || g FROM generate_series(6, 10) g")
+                 .format(QUOTED))
+    conn.execute(sql.SQL("UPDATE {} SET v = 'new!' WHERE id = 7").format(QUOTED))
+    conn.execute(sql.SQL("DELETE FROM {} WHERE id = 10").format(QUOTED))
+    conn.execute("UPDATE stays SET v = 'y'")
+
+
+def _check_lake(spark: Any, conn_dsn: str, catalog: Any, lake: str) -> None:
+    tables = catalog.tables()
+    assert sorted(t.name for t in tables) == ["stays", NAME]
+    with psycopg.connect(conn_dsn) as conn:
+        results = compare(conn, spark, lake, tables)
+    assert all(r.equal for r in results), results
+    assert all(r.source.rows > 0 for r in results)
+    from delta.tables import DeltaTable
+
+    (gone, _) = next((s, lsn) for s, lsn in catalog.drops() if s.name == "gone")
+    assert not DeltaTable.isDeltaTable(spark, table_path(lake, gone))
+    weird = next(t for t in tables if t.name == NAME)
+    props = spark.sql(f"SHOW TBLPROPERTIES delta.`{table_path(lake, weird)}`").collect()
+    assert {r["key"]: r["value"] for r in props}["pgcdc.oid"] == str(weird.oid)
+
+
+@pytest.mark.parametrize("publication", ["all", "schema"])
+def test_dropped_and_recreated_table_in_one_batch(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path, publication: str) -> None:
+    """Both lives of a table in one micro-batch: the old one is applied, then dropped, and the
+    new one starts empty; a table dropped for good leaves the lake."""
+    history = tmp_path / "catalog"
+    _first_life(pg_conn)
+    tables = _publication(pg_conn, publication)
+    Pipeline(PipelineConfig(pg_dsn, tables=tables, catalog_dir=history), _NoSink()).prepare()
+    _first_rows(pg_conn)
+    _second_life(pg_conn)
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=tables, history=history)
+
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix)
+    catalog = job.read_catalog(spark, config)
+    everything = _topics(spark, kafka_servers, topic_prefix)
+    versions = {(r[0], r[1]) for r in everything.selectExpr(
+        "topic", "CAST(element_at(filter(headers, h -> h.key = 'pgcdc.table_version'), 1)"
+        ".value AS STRING)").collect()}
+    assert len({v for t, v in versions if "we_ird" in t}) == 1  # one version, two lives
+    applied = apply_batch(spark, everything, 0, catalog=catalog, lake=lake, app_id="lives")
+    assert set(applied) == {"public.stays", f"public.{NAME}", "public.gone"}
+    _check_lake(spark, pg_dsn, catalog, lake)
+    # the batch again (a retry after a crash): the same lake
+    apply_batch(spark, everything, 0, catalog=catalog, lake=lake, app_id="lives")
+    _check_lake(spark, pg_dsn, catalog, lake)
+
+
+def test_dropped_and_recreated_table_across_batches_archived(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """The first life applied in one batch (its drop not yet in the catalog), the second in a
+    later one, with the job's archive option: the old lake tables move to the archive."""
+    history = tmp_path / "catalog"
+    _first_life(pg_conn)
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    _first_rows(pg_conn)
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix, archive_dropped=True)
+    first = _topics(spark, kafka_servers, topic_prefix)
+    old = job.read_catalog(spark, config)
+    apply_batch(spark, first, 0, catalog=old, lake=lake, app_id="lives", archive=True)
+    old_weird = next(t for t in old.tables() if t.name == NAME)
+    old_gone = next(t for t in old.tables() if t.name == "gone")
+
+    _second_life(pg_conn)
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
+    everything = _topics(spark, kafka_servers, topic_prefix)
+    stale: list[Any] = [old]
+
+    def catalog_for(versions: set[str]) -> Any:  # the job's cache: read again when asked
+        if not versions or any(stale[0].by_version(v) is None for v in versions):
+            stale[0] = job.read_catalog(spark, config)
+        return stale[0]
+
+    apply_batch(spark, _since(everything, first), 1, catalog=catalog_for, lake=lake,
+                app_id="lives", archive=True)
+    catalog = job.read_catalog(spark, config)
+    _check_lake(spark, pg_dsn, catalog, lake)
+    for spec, rows in ((old_weird, 8), (old_gone, 4)):
+        archived = f"{archive_path(lake, table_path(lake, spec), spec.oid)}/" \
+                   f"{table_path(lake, spec).rsplit('/', 1)[-1]}"
+        assert spark.read.format("delta").load(archived).count() == rows
