@@ -110,6 +110,14 @@ def render(pipeline: Pipeline) -> str:
                             "the slot.")
                     .add(p.heartbeats_sent, stage="sent")
                     .add(p.heartbeats_received, stage="received"))
+    rewrites = _Family("pgcdc_ddl_rewrites_total", "counter",
+                       "Tables whose stored rows a DDL changed without row changes in the "
+                       "WAL, by what pgcdc did: read_again (an incremental snapshot) or "
+                       "not_followed (a warning; the table downstream differs).")
+    for name, count in sorted(dict(p.rewrites).items()):
+        table, _, action = name.rpartition(":")
+        rewrites.add(count, table=table, action=action)
+    families.append(rewrites)
     heap = memory.stats()
     families.append(_Family("pgcdc_memory_python_blocks", "gauge",
                             "Memory blocks the Python allocator holds (a Python leak grows "

@@ -127,6 +127,9 @@ class Progress:
     errors: dict[str, int] = field(default_factory=dict)  # by exception class name
     heartbeats_sent: int = 0
     heartbeats_received: int = 0  # back through the slot (any pgcdc's, of this database)
+    # tables whose rows a DDL changed without row changes in the WAL: read again
+    # (an incremental snapshot was requested), or not followed (a warning said how)
+    rewrites: dict[str, int] = field(default_factory=dict)
 
     @property
     def by_table(self) -> dict[str, int]:
@@ -134,6 +137,11 @@ class Progress:
         for (table, _op), count in list(self.by_table_op.items()):
             out[table] = out.get(table, 0) + count
         return out
+
+
+def _quoted(identifier: str) -> str:
+    """An identifier as PostgreSQL's quote_ident writes it, always quoted."""
+    return '"' + identifier.replace('"', '""') + '"'
 
 
 class OriginUnsupportedError(TerminalError):
@@ -250,6 +258,8 @@ class Pipeline:
                 except ddl.DdlCaptureError as exc:
                     log.warning("%s", exc)
             capture = ddl.installed(conn)
+            if capture:
+                ddl.follow(conn, cfg.publication)
         history = HistoryFile(cfg.catalog_dir).load() if cfg.catalog_dir else CatalogHistory()
         self.builder = SnapshotBuilder(history, publication=cfg.publication)
         if history.latest.version > 0:
@@ -571,15 +581,48 @@ class Pipeline:
 
     def _end(self, end_lsn: int) -> None:
         if self._txn is not None:
+            rewritten = self.builder.rewritten
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
             self.builder.commit(self._txn.commit_lsn, self._txn.commit_time)
+            if rewritten:  # requested before the commit can be acknowledged
+                self._read_again(rewritten, self._txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
             self.sink.publish_catalog(entry.version, entry.lsn, entry.to_json())
             self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
         self.sink.end_transaction(end_lsn)
         self._txn = None
         self.progress.transactions += 1
+
+    def _read_again(self, rewritten: dict[int, str], commit_lsn: int) -> None:
+        """Tables whose stored rows a committed DDL changed with no row change in the WAL
+        (a default given to existing rows, a rewrite): the stream alone would leave their
+        old values downstream, so each published one is read again by an incremental
+        snapshot (its read events carry the new values).  Requested before the commit is
+        acknowledged, so a crash in between requests it again."""
+        for oid, reason in sorted(rewritten.items()):
+            table = self.builder.table(oid)
+            if table is None:
+                continue  # dropped since
+            name = f"{_quoted(table.schema)}.{_quoted(table.name)}"
+            keyed = table.replica_identity in ("d", "i") and bool(table.key_columns)
+            if self._incremental is not None and keyed:
+                self._incremental.request([name])
+                action = "read_again"
+                log.info("DDL at %s changed the stored rows of %s (%s): reading it again",
+                         format_lsn(commit_lsn), table.qualified_name, reason)
+            else:
+                action = "not_followed"
+                fix = ("run pgcdc with --incremental-snapshots to have it read again "
+                       "automatically, or re-load the table" if keyed else
+                       "it has no primary key, so it cannot be read again incrementally: "
+                       "re-load it (pgcdc snapshot)")
+                log.warning("DDL at %s changed the stored rows of %s (%s) without row "
+                            "changes in the WAL: the stream does not carry the new values "
+                            "and the table downstream differs from the source; %s",
+                            format_lsn(commit_lsn), table.qualified_name, reason, fix)
+            key = f"{table.qualified_name}:{action}"
+            self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 
     def _table(self, oid: int) -> TableVersion:
         return self._current(oid)[0]

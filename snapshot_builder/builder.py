@@ -61,7 +61,7 @@ from decoder.pgoutput import Relation, Type
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 from snapshot_builder.datatype import TypeVersion
-from snapshot_builder.ddl import parse_message
+from snapshot_builder.ddl import RewriteTable, parse_message, publishes, rows_rewritten
 from snapshot_builder.history import (
     Catalog,
     CatalogHistory,
@@ -124,6 +124,8 @@ class SnapshotBuilder:
         self._overlay: dict[int, TableVersion | None] = {}
         self._type_overlay: dict[int, TypeVersion | None] = {}
         self._pending: list[Change] = []
+        self._rewritten: dict[int, str] = {}  # table OID -> why its rows changed (see on_ddl)
+        self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
         # counts the open transactions' catalog changes and their rollbacks: with the
         # generation, what a cache of derived objects checks (pgcdc/row_decoders.py)
         self.changes_in_transaction = 0
@@ -331,9 +333,17 @@ class SnapshotBuilder:
         definition (None for a dropped table and for type changes)."""
         change = parse_message(content, self.publication)
         current = self.catalog
+        if isinstance(change, RewriteTable):
+            self._rewritten.setdefault(change.oid, change.reason)
+            return None
         self.changes_in_transaction += 1
         if isinstance(change, PutTable):
-            self._overlay[change.table.oid] = change.table
+            oid = change.table.oid
+            reason = rows_rewritten(self._overlay.get(oid, current.table(oid)), change.table)
+            if reason is not None:
+                self._rewritten.setdefault(oid, reason)
+            self._published[oid] = publishes(content, self.publication) is not False
+            self._overlay[oid] = change.table
             self._pending.append(change)
             return change.table
         if isinstance(change, PutType):
@@ -354,15 +364,15 @@ class SnapshotBuilder:
         """The open transaction committed: its DDL becomes global versions (persisted).
 
         Only changes that change something become versions (the trigger repeats a table
-        for its index, an array type with its element).  A transaction the slot sends
-        again after a restart (its versions were persisted, the crash came before the
-        flush) finds them recorded: nothing is appended twice, and what a crash between
-        two appends left out is appended now."""
+        for its index, an array type with its element; ``ADD COLUMN IF NOT EXISTS`` of a
+        column that exists changes nothing).  A transaction the slot sends again after a
+        restart (its versions were persisted, the crash came before the flush) finds them
+        recorded: nothing is appended twice, and what a crash between two appends left
+        out is appended now (:meth:`_not_recorded`)."""
         if self._pending:
             history = self.history
-            recorded = history.entries_at(commit_lsn)
-            if recorded or commit_lsn < history.latest.lsn:
-                changes = self._not_recorded(commit_lsn, recorded)
+            if commit_lsn < history.latest.lsn or history.entries_at(commit_lsn):
+                changes = self._not_recorded(commit_lsn)  # sent again after a restart
             else:
                 changes = _effective(self._pending, history.latest)
             for change in changes:
@@ -372,34 +382,72 @@ class SnapshotBuilder:
             self._view = None if caught_up else self.history.catalog_at(commit_lsn)
         self.rollback()
 
-    def _not_recorded(self, commit_lsn: int, recorded: list[Entry]) -> list[Change]:
-        """The open transaction's changes the history lacks, when it holds some at its
-        commit LSN: none if they are all there, the rest if a crash came between two
-        appends; anything else is a history of another slot."""
-        if recorded:
-            history = self.history
-            before = history.catalog(recorded[0].version - 1)
-            changes = _effective(self._pending, before)
-            kept = [e.change for e in recorded]
-            if changes[:len(kept)] == kept:
+    def _not_recorded(self, commit_lsn: int) -> list[Change]:
+        """The open transaction's changes the history lacks, for a transaction at or
+        below the latest version (sent again after a restart).
+
+        A transaction without a version there must leave the catalog as it was at its
+        place: its changes are all no-ops there (a repeated definition, ``ADD COLUMN IF
+        NOT EXISTS`` of a column that exists), so it made no version and needs none.
+        Otherwise, applied to the catalog as it
+        was before it, it must give the catalog the history holds at ``commit_lsn`` (only
+        that one counts: versions at one LSN are never looked up in between, so entries
+        that differ only by no-ops, as an older pgcdc wrote them, are the same), or one on
+        the way to it when a crash came between two appends: then the rest is returned.
+        Anything else is a history this slot's stream did not write."""
+        history = self.history
+        recorded = history.entries_at(commit_lsn)
+        if not recorded:  # later versions exist: it made none, or the history is not ours
+            there = history.catalog_at(commit_lsn)
+            changes = _effective(self._pending, there)
+            if changes and not _same(_applied(changes, there, commit_lsn), there):
+                raise CatalogMismatchError(self._mismatch(commit_lsn, recorded, changes))
+            return []
+        before = history.catalog(recorded[0].version - 1)
+        done = history.catalog(recorded[-1].version)
+        changes = _effective(self._pending, before)
+        for count in range(len(changes), -1, -1):
+            if _same(_applied(changes[:count], before, commit_lsn), done):
+                if count == len(changes):
+                    return []
+                if commit_lsn < history.latest.lsn:
+                    break  # later versions exist: this was no crash between two appends
                 log.info("transaction committed at %X/%X sent again: %d of its %d catalog "
-                         "changes already recorded", commit_lsn >> 32, commit_lsn & 0xFFFFFFFF,
-                         len(kept), len(changes))
-                return changes[len(kept):]
-            after, done = before, history.catalog(recorded[-1].version)
-            for change in changes:  # written by an older pgcdc, with repeated definitions
-                after = apply(change, after, commit_lsn)
-            if (after.tables, after.types) == (done.tables, done.types):
-                return []
-        msg = (f"the transaction committed at LSN {commit_lsn:X} changes the catalog, but "
-               f"the history holds {len(recorded)} other changes at that LSN (latest version "
-               f"{self.history.latest.version} at {self.history.latest.lsn:X}): the catalog "
-               "history belongs to another slot or database; use the catalog folder of this "
-               "slot, or remove it to rebuild the catalog")
-        raise CatalogMismatchError(msg)
+                         "changes recorded before a crash, the rest now", commit_lsn >> 32,
+                         commit_lsn & 0xFFFFFFFF, count, len(changes))
+                return changes[count:]
+        raise CatalogMismatchError(self._mismatch(commit_lsn, recorded, changes))
+
+    def _mismatch(self, commit_lsn: int, recorded: list[Entry], changes: list[Change]) -> str:
+        """What a transaction sent again changes and what the history holds at its LSN."""
+        latest = self.history.latest
+        held = (f"records {len(recorded)} change(s) there that make a different catalog "
+                f"({'; '.join(_described(e.change) for e in recorded)})" if recorded else
+                "has no version at that LSN")
+        folder = self.history.file.directory if self.history.file is not None else None
+        return (f"the transaction committed at LSN {commit_lsn >> 32:X}/"
+                f"{commit_lsn & 0xFFFFFFFF:X} changes the catalog as it was there "
+                f"({'; '.join(_described(c) for c in changes)}), but the catalog history "
+                f"{held}, though it holds versions up to {latest.version} at LSN "
+                f"{latest.lsn >> 32:X}/{latest.lsn & 0xFFFFFFFF:X}: this history was not "
+                "written from this slot's stream (the slot was dropped and created again "
+                "under its name, or the catalog folder was copied or edited), or by a "
+                "pgcdc that recorded such a change differently; remove the catalog folder"
+                f"{f' {folder}' if folder is not None else ''} so that pgcdc reads the "
+                "catalog afresh, and re-snapshot the tables named here")
+
+    @property
+    def rewritten(self) -> dict[int, str]:
+        """The published tables whose stored rows the open transaction's DDL changed
+        without row changes in the WAL (:func:`snapshot_builder.ddl.rows_rewritten`), with
+        why."""
+        return {oid: reason for oid, reason in self._rewritten.items()
+                if self._published.get(oid, True)}
 
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
+        self._rewritten.clear()
+        self._published.clear()
         if self._pending or self._overlay or self._type_overlay:
             self.changes_in_transaction += 1
             self._pending.clear()
@@ -412,7 +460,31 @@ def _effective(changes: list[Change], catalog: Catalog) -> list[Change]:
     out: list[Change] = []
     for change in changes:
         after = apply(change, catalog, catalog.lsn)
-        if (after.tables, after.types) != (catalog.tables, catalog.types):
+        if not _same(after, catalog):
             out.append(change)
             catalog = after
     return out
+
+
+def _applied(changes: list[Change], catalog: Catalog, lsn: int) -> Catalog:
+    for change in changes:
+        catalog = apply(change, catalog, lsn)
+    return catalog
+
+
+def _same(one: Catalog, other: Catalog) -> bool:
+    """The same tables and types (whatever their version numbers and LSNs)."""
+    return (one.tables, one.types) == (other.tables, other.types)
+
+
+def _described(change: Change) -> str:
+    """One catalog change, for a message."""
+    if isinstance(change, PutTable):
+        table = change.table
+        return (f"table {table.qualified_name} (oid {table.oid}) with columns "
+                f"{', '.join(c.name for c in table.columns)}")
+    if isinstance(change, PutType):
+        return f"type {change.type.qualified_name} (oid {change.type.oid})"
+    if isinstance(change, DropType):
+        return f"type oid {change.oid} dropped"
+    return f"table oid {change.oid} dropped"

@@ -20,7 +20,19 @@ transactional logical message, so catalog changes arrive in the stream at their 
   TYPE ... ADD / RENAME VALUE, ADD ATTRIBUTE), with its array type, whether or
   not a table uses it yet;
 * an event trigger on ``sql_drop`` that emits ``{"op": "drop", "oid": ...}`` for
-  a table and ``{"op": "drop_type", "oid": ...}`` for a type or domain.
+  a table and ``{"op": "drop_type", "oid": ...}`` for a type or domain;
+* ``pgcdc.follow(oid)``, called by the trigger for every table created or renamed:
+  a table whose name a publication listed (``FOR TABLE``, remembered in
+  ``pgcdc.followed`` by :func:`follow`) and that is no longer in it (PostgreSQL drops
+  a dropped table from its publications) is added back in the same transaction;
+* an event trigger on ``table_rewrite`` that emits ``{"op": "rewrite", "oid": ...}``
+  for a table whose rows a command rewrites.
+
+Rows a command changes without writing row changes to the WAL: a rewrite (a
+volatile default, ``ALTER COLUMN ... TYPE``, ``USING``), and a column added with
+a default (PostgreSQL gives existing rows the default without touching them).
+:func:`rows_rewritten` tells them; the pipeline reads such a table again (an
+incremental snapshot) so that the lake gets the values the stream never sends.
 
 A table's own row type (and its array) is not a catalog type here: the table is.
 
@@ -32,14 +44,18 @@ REPLICATION and SELECT.
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
 
 from pgcdc.errors import TerminalError
-from snapshot_builder.catalog import published_columns, table_from_dict
+from snapshot_builder.catalog import TableVersion, published_columns, table_from_dict
 from snapshot_builder.datatype import type_from_dict
 from snapshot_builder.history import Change, DropTable, DropType, PutTable, PutType
+
+log = logging.getLogger(__name__)
 
 PREFIX: Final = "pgcdc.ddl"
 
@@ -151,7 +167,7 @@ END $$;
 
 -- {publication: [column names]} for every publication of the table, as
 -- pg_publication_tables lists them (its column list, or every column); NULL before
--- PostgreSQL 15, which has no column lists
+-- PostgreSQL 15, which has no column lists; {} for a table in no publication
 CREATE OR REPLACE FUNCTION pgcdc.column_lists(rel oid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -160,7 +176,7 @@ BEGIN
     IF current_setting('server_version_num')::int < 150000 THEN
         RETURN NULL;
     END IF;
-    EXECUTE 'SELECT jsonb_object_agg(pt.pubname, to_jsonb(pt.attnames))
+    EXECUTE 'SELECT coalesce(jsonb_object_agg(pt.pubname, to_jsonb(pt.attnames)), ''{}'')
                FROM pg_publication_tables pt
                JOIN pg_namespace n ON n.nspname = pt.schemaname
                JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
@@ -185,6 +201,34 @@ BEGIN
     END LOOP;
 END $$;
 
+-- the tables a publication lists by name (FOR TABLE): PostgreSQL removes a dropped table
+-- from the publication, so a table created again under that name would never be
+-- published; pgcdc.follow adds it back in the transaction that creates it (or renames a
+-- table to that name), so none of its rows is missed
+CREATE TABLE IF NOT EXISTS pgcdc.followed (
+    pubname name NOT NULL,
+    schemaname name NOT NULL,
+    tablename name NOT NULL,
+    PRIMARY KEY (pubname, schemaname, tablename)
+);
+
+CREATE OR REPLACE FUNCTION pgcdc.follow(rel oid) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pub name;
+BEGIN
+    FOR pub IN SELECT f.pubname FROM pgcdc.followed f
+               JOIN pg_namespace n ON n.nspname = f.schemaname
+               JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = f.tablename
+               JOIN pg_publication p ON p.pubname = f.pubname
+               WHERE c.oid = rel AND c.relkind IN ('r', 'p') AND NOT p.puballtables
+                 AND NOT EXISTS (SELECT 1 FROM pg_publication_tables pt
+                                 WHERE pt.pubname = f.pubname AND pt.schemaname = f.schemaname
+                                   AND pt.tablename = f.tablename) LOOP
+        EXECUTE format('ALTER PUBLICATION %I ADD TABLE %s', pub, rel::regclass);
+    END LOOP;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgcdc.on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -198,6 +242,7 @@ BEGIN
                                                    WHERE indexrelid = c.oid) END
               INTO rel FROM pg_class c WHERE c.oid = r.objid;
             IF rel IS NOT NULL THEN
+                PERFORM pgcdc.follow(rel);
                 PERFORM pgcdc.emit_table(rel);
             END IF;
             -- a composite type's attributes live in pg_class / pg_attribute
@@ -240,8 +285,22 @@ BEGIN
     END LOOP;
 END $$;
 
+-- a command that rewrites a table's rows (a volatile default, ALTER COLUMN ... TYPE,
+-- USING): the rewrite writes no row changes to the WAL, so the stream never sees the new
+-- values; pgcdc reads the table again (snapshot_builder/ddl.py rows_rewritten)
+CREATE OR REPLACE FUNCTION pgcdc.on_rewrite() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
+        jsonb_build_object('op', 'rewrite', 'oid', pg_event_trigger_table_rewrite_oid()::bigint,
+                           'reason', pg_event_trigger_table_rewrite_reason())::text);
+END $$;
+
 DO $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgcdc_rewrite') THEN
+        CREATE EVENT TRIGGER pgcdc_rewrite ON table_rewrite EXECUTE FUNCTION pgcdc.on_rewrite();
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgcdc_ddl') THEN
         CREATE EVENT TRIGGER pgcdc_ddl ON ddl_command_end EXECUTE FUNCTION pgcdc.on_ddl();
     END IF;
@@ -256,6 +315,11 @@ class DdlCaptureError(TerminalError):
     pass
 
 
+# pg_event_trigger_table_rewrite_reason(): AT_REWRITE_* bits (src/include/nodes/parsenodes.h)
+_REWRITE_REASONS: Final = {1: "persistence changed", 2: "a volatile default",
+                           4: "a column's type changed", 8: "the access method changed"}
+
+
 def installed(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute("SELECT count(*) FROM pg_event_trigger "
                        "WHERE evtname IN ('pgcdc_ddl', 'pgcdc_drop')").fetchone()
@@ -263,11 +327,14 @@ def installed(conn: psycopg.Connection[Any]) -> bool:
 
 
 def current(conn: psycopg.Connection[Any]) -> bool:
-    """Installed by this pgcdc: the triggers, type capture (``pgcdc.type_definition``) and
-    publication column lists (``pgcdc.column_lists``).  An older installation lacks one
-    of them; :func:`install` upgrades it in place."""
+    """Installed by this pgcdc: the triggers (rewrites too), type capture
+    (``pgcdc.type_definition``) and publication column lists (``pgcdc.column_lists``).
+    An older installation lacks one of them; :func:`install` upgrades it in place."""
     row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL "
-                       "AND to_regprocedure('pgcdc.column_lists(oid)') IS NOT NULL").fetchone()
+                       "AND to_regprocedure('pgcdc.column_lists(oid)') IS NOT NULL "
+                       "AND to_regprocedure('pgcdc.follow(oid)') IS NOT NULL "
+                       "AND EXISTS (SELECT 1 FROM pg_event_trigger "
+                       "WHERE evtname = 'pgcdc_rewrite')").fetchone()
     return installed(conn) and row is not None and bool(row[0])
 
 
@@ -281,6 +348,24 @@ def install(conn: psycopg.Connection[Any]) -> None:
                "one, have an owner run snapshot_builder/ddl.py's INSTALL_SQL, or turn DDL "
                f"capture off (the stream's Relation messages then describe tables): {exc}")
         raise DdlCaptureError(msg) from exc
+
+
+def follow(conn: psycopg.Connection[Any], publication: str) -> None:
+    """Remember the tables ``publication`` lists by name, so that a table dropped and created
+    again under one of those names is published again from its creation (``pgcdc.follow``,
+    called by the DDL trigger).  A publication of all tables needs none of it."""
+    try:
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO pgcdc.followed SELECT pt.pubname, pt.schemaname, pt.tablename "
+                "FROM pg_publication_tables pt JOIN pg_publication p ON p.pubname = pt.pubname "
+                "WHERE pt.pubname = %s AND NOT p.puballtables ON CONFLICT DO NOTHING",
+                (publication,))
+    except psycopg.errors.InsufficientPrivilege as exc:
+        log.warning("cannot record the tables of publication %s in pgcdc.followed (%s): a "
+                    "table dropped and created again under one of their names will not be "
+                    "published; grant INSERT on pgcdc.followed, or add such a table with "
+                    "ALTER PUBLICATION ... ADD TABLE and re-load it", publication, exc)
 
 
 def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable | PutType]:
@@ -308,7 +393,40 @@ def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable |
     return changes
 
 
-def parse_message(content: bytes, publication: str | None = None) -> Change:
+@dataclass(frozen=True, slots=True)
+class RewriteTable:
+    """A command rewrote the table's rows (no row change reaches the WAL): not a catalog
+    change, a note that the stored rows changed."""
+
+    oid: int
+    reason: str
+
+
+def rows_rewritten(before: TableVersion | None, after: TableVersion) -> str | None:
+    """Why ``after`` changed the stored rows of ``before`` without row changes in the WAL,
+    or None: a column added with a default (every existing row takes it, a constant one
+    without a rewrite).  Rewrites proper come as :class:`RewriteTable`."""
+    if before is None:
+        return None  # a new table (or one newly published): it has no rows the stream missed
+    old = {c.attnum if c.attnum is not None else c.name for c in before.columns}
+    added = [c.name for c in after.columns
+             if (c.attnum if c.attnum is not None else c.name) not in old
+             and c.default is not None and not c.default.upper().startswith("NULL")]
+    if added:
+        return f"column(s) {', '.join(added)} added with a default"
+    return None
+
+
+def publishes(content: bytes, publication: str | None) -> bool | None:
+    """Whether the table of a ``put`` message is in ``publication``; None when the message
+    does not say (PostgreSQL before 15, no publication given)."""
+    lists = json.loads(content).get("publications")
+    if lists is None or publication is None:
+        return None
+    return publication in lists
+
+
+def parse_message(content: bytes, publication: str | None = None) -> Change | RewriteTable:
     """The catalog change one ``pgcdc.ddl`` message describes; a table as ``publication``
     publishes it (its column list, if it has one)."""
     try:
@@ -323,6 +441,10 @@ def parse_message(content: bytes, publication: str | None = None) -> Change:
             return PutType(type_from_dict(data["type"]))
         if data["op"] == "drop_type":
             return DropType(int(data["oid"]))
+        if data["op"] == "rewrite":
+            bits = int(data.get("reason") or 0)
+            reasons = [text for bit, text in _REWRITE_REASONS.items() if bits & bit]
+            return RewriteTable(int(data["oid"]), ", ".join(reasons) or "rows rewritten")
     except (ValueError, KeyError, TypeError) as exc:
         msg = f"malformed {PREFIX} message ({exc}): {content[:200]!r}"
         raise DdlCaptureError(msg) from exc

@@ -49,8 +49,10 @@ from streaming.schema import (
     TEXT,
     TEXT_TYPE,
     CatalogLog,
+    ColumnSpec,
     TableSpec,
     renamed_names,
+    retyped_versions,
 )
 from streaming.tombstones import drop_superseded, record_deletes
 
@@ -201,6 +203,25 @@ def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
     return sorted(summarize(events, catalog))
 
 
+def _cast(column: ColumnSpec, text: str, stale: list[str]) -> str:
+    """``column.cast(text)``; for an event of a version in ``stale`` (the column had another
+    type then: a retype since) a lenient cast, NULL where the old text does not convert.
+    Such a row is read again from the source (the retype rewrote the table), so the value
+    is a placeholder until then, never a failed batch."""
+    strict = column.cast(text)
+    if not stale:
+        return strict
+    spark_type = column.spark_type
+    lenient = (f"try_cast({text} AS {spark_type})" if spark_type in _LENIENT
+               or spark_type.startswith("decimal") else f"CAST(NULL AS {spark_type})")
+    versions = ", ".join(_literal(v) for v in stale)
+    return f"CASE WHEN source.table_version IN ({versions}) THEN {lenient} ELSE {strict} END"
+
+
+# Spark types a try_cast from PostgreSQL's text of another type gives exactly or as NULL
+_LENIENT = frozenset({"string", "boolean", "smallint", "int", "bigint", "float", "double"})
+
+
 def _value(side: str, name: str, renames: dict[str, dict[str, str | None]]) -> str:
     """The text of column ``name`` in ``before`` or ``after``, under the name the event's
     version gave it."""
@@ -222,6 +243,7 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
     and new events land in the same column.
     """
     renames = renamed_names(spec, versions or [])
+    retyped = retyped_versions(spec, versions or [])
     keys = {c.name for c in spec.key_columns}
 
     def value(side: str, name: str) -> str:
@@ -233,7 +255,8 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
         text = value("after", column.name)
         if column.name in keys:
             text = f"coalesce({text}, {value('before', column.name)})"
-        exprs.append(f"{column.cast(text)} AS {quote(column.name)}")
+        exprs.append(f"{_cast(column, text, retyped.get(column.name, []))} "
+                     f"AS {quote(column.name)}")
         entry = column.untyped(text)
         if entry is not None:
             untyped.append((column.name, entry))
@@ -277,6 +300,7 @@ def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = 
     PostgreSQL sends such an update with the old key in ``before`` (and the whole old row
     under ``REPLICA IDENTITY FULL``, whose key may not have changed: no delete then)."""
     renames = renamed_names(spec, versions or [])
+    retyped = retyped_versions(spec, versions or [])
     keys = spec.key_columns
 
     def value(side: str, name: str) -> str:
@@ -285,7 +309,8 @@ def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = 
     changed = " OR ".join(
         f"({value('before', k.name)} IS NOT NULL "
         f"AND NOT ({value('before', k.name)} <=> {value('after', k.name)}))" for k in keys)
-    exprs = [f"{c.cast(value('before', c.name))} AS {quote(c.name)}" if c.is_key
+    exprs = [f"{_cast(c, value('before', c.name), retyped.get(c.name, []))} AS "
+             f"{quote(c.name)}" if c.is_key
              else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}" for c in spec.columns]
     exprs += [f"CAST(NULL AS {TEXT_TYPE}) AS {TEXT}", "'d' AS _op",
               f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",

@@ -10,8 +10,10 @@ position columns, with Delta's type widening enabled.  A later version:
 * keeps columns a version dropped (null in newer rows), so history stays
   readable.
 
-Any other type change cannot be applied in place: it is an error that names
-the fix (re-snapshot the table into a new location), never a silent cast.
+Any other type change (``int`` to ``string``, ``string`` to ``int``, ...) rewrites
+the Delta table in one commit with the column cast to the new type; PostgreSQL
+rewrote its table too, and pgcdc reads it again, so the source's own values
+replace the cast ones.
 """
 
 from __future__ import annotations
@@ -173,16 +175,30 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         if have is None or have == wanted:
             continue
         if not widens(have, wanted):
-            msg = (f"column {name} of {spec.qualified_name} changed from {have} to {wanted}, "
-                   f"which Delta cannot apply in place: re-snapshot the table into a new "
-                   f"location (or drop {path})")
-            raise SchemaEvolutionError(msg)
+            _retype(spark, path, name, wanted)
+            changed = True
+            log.info("retyped %s.%s from %s to %s (the table rewritten)", path, name, have,
+                     wanted)
+            continue
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
         spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote(name)} TYPE {wanted}")
         changed = True
         log.info("widened %s.%s from %s to %s", path, name, have, wanted)
     _STATE[path] = (spec.version, properties)
     return DeltaTable.forPath(spark, path) if changed else table
+
+
+def _retype(spark: Any, path: str, name: str, wanted: str) -> None:
+    """A type change Delta cannot make in place (``int`` to ``string``, ``string`` to
+    ``int``, a narrower decimal, ...): the table is rewritten in one commit with the column
+    cast to the new type (NULL where a value does not convert).  PostgreSQL rewrote the
+    table too (``ALTER COLUMN ... TYPE``, maybe ``USING``) and pgcdc reads it again, so the
+    stored values are replaced by the source's own (``pgcdc.pipeline`` ``_read_again``)."""
+    frame = spark.read.format("delta").load(path)
+    columns = [f"try_cast({quote(c)} AS {wanted}) AS {quote(c)}" if c == name else quote(c)
+               for c in frame.columns]
+    frame.selectExpr(*columns).write.format("delta").mode("overwrite")\
+        .option("overwriteSchema", "true").save(path)
 
 
 def _rename(spark: Any, target: str, spec: TableSpec, present: dict[str, str],

@@ -1,9 +1,12 @@
 """Table versions from the catalog log, and their Spark shapes.
 
 The catalog log (the ``<prefix>._catalog`` topic) holds every table version
-pgcdc published, each with the LSN where it took effect.  :class:`CatalogLog`
-answers "which versions exist" and "what is the newest shape of this table",
-from Kafka alone: no driver-local files.
+pgcdc published, each with the LSN it counts from, its topic and its Avro writer
+schema.  :class:`CatalogLog` answers "which versions exist" and, ordered by those
+LSNs, "what is the newest shape of this table", from Kafka alone: no driver-local
+files.  The job resolves tables through the catalog history (streaming/catalog.py)
+and falls back on this order only for a table the history does not hold (no DDL
+capture).
 
 Column values arrive as text (the JSON envelope's, or an Avro string; sinks/envelope.py)
 and are cast to the Spark type of the column's PostgreSQL type here.  The lake
@@ -246,6 +249,24 @@ def _borrow_identities(versions: list[TableSpec]) -> None:
         columns = tuple(dataclasses.replace(c, attnum=d.attnum)
                         for c, d in zip(spec.columns, donor.columns, strict=True))
         versions[i] = dataclasses.replace(spec, columns=columns)
+
+
+def retyped_versions(spec: TableSpec, versions: list[TableSpec]) -> dict[str, list[str]]:
+    """Per column of ``spec``, the versions in which the same column (by ``attnum``, else by
+    name) had another Spark type: their values are the old type's text (an ``ALTER COLUMN
+    ... TYPE`` since, which PostgreSQL applied by rewriting the table, and pgcdc by reading
+    it again).  Only columns with such versions are returned."""
+    out: dict[str, list[str]] = {}
+    for column in spec.columns:
+        for version in versions:
+            if version.version == spec.version:
+                continue
+            same = next((c for c in version.columns
+                         if (c.attnum == column.attnum if column.attnum is not None
+                             and c.attnum is not None else c.name == column.name)), None)
+            if same is not None and same.spark_type != column.spark_type:
+                out.setdefault(column.name, []).append(version.version)
+    return out
 
 
 def renamed_names(spec: TableSpec, versions: list[TableSpec]) -> dict[str, dict[str, str | None]]:

@@ -1,0 +1,78 @@
+"""Which DDL changes stored rows without row changes in the WAL (snapshot_builder/ddl.py
+``rows_rewritten``, the ``rewrite`` message) and how the builder keeps them per transaction."""
+
+from __future__ import annotations
+
+import json
+
+from snapshot_builder.builder import SnapshotBuilder
+from snapshot_builder.catalog import Column, TableVersion
+from snapshot_builder.ddl import RewriteTable, parse_message, rows_rewritten
+from snapshot_builder.history import PutTable
+
+
+def _table(*columns: Column, oid: int = 1) -> TableVersion:
+    return TableVersion(oid, "public", "t", "d", columns)
+
+
+ID = Column("id", 23, "int4", -1, True, True, None, 1)
+
+
+def test_a_column_added_with_a_default_changes_the_rows() -> None:
+    before = _table(ID)
+    added = Column("c", 1700, "numeric", 655366, False, False, "4", 2)
+    assert rows_rewritten(before, _table(ID, added)) == "column(s) c added with a default"
+    volatile = Column("r", 701, "float8", -1, False, False, "random()", 3)
+    assert rows_rewritten(before, _table(ID, added, volatile)) == \
+        "column(s) c, r added with a default"
+
+
+def test_what_leaves_the_rows_alone() -> None:
+    before = _table(ID)
+    no_default = Column("c", 23, "int4", -1, False, False, None, 2)
+    null_default = Column("c", 23, "int4", -1, False, False, "NULL::integer", 2)
+    assert rows_rewritten(before, _table(ID, no_default)) is None
+    assert rows_rewritten(before, _table(ID, null_default)) is None
+    assert rows_rewritten(None, _table(ID, Column("c", 23, "int4", -1, False, False, "1", 2))) \
+        is None  # a new table: the stream has every row it holds
+    with_default = _table(ID, Column("c", 23, "int4", -1, False, False, "1", 2))
+    # a default set on an existing column changes no row
+    assert rows_rewritten(_table(ID, no_default), with_default) is None
+    # the same column dropped and added again (another attnum) with a default: changed
+    again = _table(ID, Column("c", 23, "int4", -1, False, False, "1", 3))
+    assert rows_rewritten(with_default, again) == "column(s) c added with a default"
+
+
+def test_the_rewrite_message() -> None:
+    change = parse_message(json.dumps({"op": "rewrite", "oid": 42, "reason": 6}).encode())
+    assert change == RewriteTable(42, "a volatile default, a column's type changed")
+
+
+def test_the_builder_keeps_the_rewritten_tables_of_the_open_transaction() -> None:
+    builder = SnapshotBuilder()
+    builder.start_consistent([PutTable(_table(ID))], 10)
+    added = _table(ID, Column("c", 23, "int4", -1, False, False, "7", 2))
+    builder.on_ddl(json.dumps({"op": "put", "table": added.to_dict()}).encode())
+    builder.on_ddl(json.dumps({"op": "rewrite", "oid": 9, "reason": 4}).encode())
+    assert builder.rewritten == {1: "column(s) c added with a default",
+                                 9: "a column's type changed"}
+    builder.commit(20, 0)
+    assert builder.rewritten == {}
+    builder.on_ddl(json.dumps({"op": "rewrite", "oid": 9, "reason": 2}).encode())
+    builder.rollback()  # a transaction that rolled back rewrote nothing
+    assert builder.rewritten == {}
+    assert builder.catalog.table(1) == added
+
+
+def test_a_table_outside_the_publication_is_left_alone() -> None:
+    builder = SnapshotBuilder(publication="pub")
+    builder.start_consistent([PutTable(_table(ID))], 10)
+    added = _table(ID, Column("c", 23, "int4", -1, False, False, "7", 2))
+    builder.on_ddl(json.dumps({"op": "put", "table": added.to_dict(),
+                               "publications": {"other": ["id", "c"]}}).encode())
+    builder.on_ddl(json.dumps({"op": "rewrite", "oid": 1, "reason": 2}).encode())
+    assert builder.rewritten == {}
+    builder.rollback()
+    builder.on_ddl(json.dumps({"op": "put", "table": added.to_dict(),
+                               "publications": {"pub": ["id", "c"]}}).encode())
+    assert builder.rewritten == {1: "column(s) c added with a default"}
