@@ -52,10 +52,11 @@ from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
+from snapshot_builder.published import fetch_published_tables
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.evolution import quote
-from streaming.schema import TEXT, ColumnSpec
+from streaming.schema import TEXT, ColumnSpec, TableSpec
 from tests.integration.test_values_roundtrip import ARRAYS, RANGES, SCALARS
 
 pytestmark = pytest.mark.spark
@@ -542,3 +543,18 @@ def test_values_a_typed_column_cannot_hold(pg_conn: Conn, pg_dsn: str, kafka_ser
 class _Unused:
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"prepare() must not use the sink ({name})")
+
+
+def test_an_initial_load_names_domain_base_types(pg_conn: Conn) -> None:
+    """The initial load and incremental snapshots publish the tables the snapshot's catalog
+    describes (snapshot_builder/published.py): their domain columns name their base types
+    too, so the load's catalog record types them as the stream's does."""
+    _create_lossy(pg_conn)
+    pg_conn.execute("CREATE PUBLICATION lossy_pub FOR TABLE lossy")
+    (published,) = fetch_published_tables(pg_conn, "lossy_pub", sizes=False).values()
+    spec = TableSpec.from_json(json.dumps(dict(published.table.to_dict(), lsn=1)))
+    assert {c.name: (c.base_type, c.spark_type) for c in spec.columns
+            if c.name.startswith("d_")} == {
+        "d_posint": ("int4", "int"), "d_price": ("numeric", "decimal(10,2)"),
+        "d_dear": ("numeric", "decimal(10,2)"), "d_label": ("text", "string"),
+        "d_at": ("timestamptz", "timestamp")}
