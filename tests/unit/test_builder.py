@@ -99,8 +99,8 @@ def test_rolled_back_and_uncaptured_type_drops_make_no_version() -> None:
 
 def test_a_repeated_baseline_makes_no_new_version() -> None:
     builder = SnapshotBuilder()
-    baseline = [PutType(TypeVersion(16500, "public", "mood", "enum", ("a",))),
-                PutTable(_table(1, 2))]
+    baseline: list[PutTable | PutType] = [
+        PutType(TypeVersion(16500, "public", "mood", "enum", ("a",))), PutTable(_table(1, 2))]
     builder.start_consistent(baseline, 10)
     builder.attach(baseline, 20, frozenset())
     assert builder.history.latest.version == 2 and builder.state is BuilderState.CONSISTENT
@@ -217,7 +217,7 @@ def test_a_history_of_another_slot_is_an_error() -> None:
     builder.on_ddl(_put(1, 1))
     builder.commit(100, 0)
     builder.on_ddl(_put(1, 3))
-    with pytest.raises(CatalogMismatchError, match="another slot"):
+    with pytest.raises(CatalogMismatchError, match="not written from this slot.s stream"):
         builder.commit(100, 0)
 
 
@@ -253,3 +253,85 @@ def test_a_repeated_definition_makes_no_version() -> None:
     builder.on_ddl(_put(1, 2))  # nothing changed (a comment set to what it was, say)
     builder.commit(200, 0)
     assert builder.history.latest.version == 3 and builder.history.latest.lsn == 100
+
+
+def test_a_transaction_without_a_version_sent_again_below_later_ones(tmp_path: Path) -> None:
+    """Issue 15.5: a transaction whose DDL changed nothing (ADD COLUMN IF NOT EXISTS of a
+    column that exists) made no version; sent again after a restart below later versions,
+    it is nothing to record, not a history of another slot."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([PutTable(_table(1, 2))], 10)
+    builder.on_ddl(_put(1, 2))  # the same definition: no version
+    builder.commit(100, 0)
+    builder.on_ddl(_put(1, 3))
+    builder.commit(200, 0)
+    assert [e.lsn for e in builder.history.entries()] == [10, 200]
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume(50)  # a kill -9 before the flush passed 100
+    restarted.on_ddl(_put(1, 2))
+    assert restarted.table(1) == _table(1, 2)
+    restarted.commit(100, 0)
+    assert restarted.table(1) == _table(1, 2)  # still the catalog of that place
+    restarted.on_ddl(_put(1, 3))
+    restarted.commit(200, 0)
+    assert [e.lsn for e in restarted.history.entries()] == [10, 200]
+    assert restarted.catalog is restarted.history.latest
+
+
+def test_a_missing_catalog_change_below_later_versions_names_it(tmp_path: Path) -> None:
+    """A transaction sent again that would change the catalog, with no version at its LSN
+    and later ones: a mismatch, and the message says what the transaction changes and
+    what the history holds."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([PutTable(_table(1, 2))], 10)
+    builder.on_ddl(_put(1, 3))
+    builder.commit(200, 0)
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume(50)
+    restarted.on_ddl(_put(2, 1))  # a table the history never had at 100
+    with pytest.raises(CatalogMismatchError) as caught:
+        restarted.commit(100, 0)
+    message = str(caught.value)
+    assert "LSN 0/64 changes the catalog" in message
+    assert "table public.t2 (oid 2) with columns c0" in message
+    assert "has no version at that LSN" in message and "up to 2 at LSN 0/C8" in message
+    assert str(tmp_path) in message and "re-snapshot" in message
+
+
+def test_recorded_changes_that_differ_by_no_ops_are_the_same(tmp_path: Path) -> None:
+    """An older pgcdc recorded repeated definitions (no-ops) and crashed between two
+    appends: the replay appends exactly what is missing."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([PutTable(_table(1, 1))], 10)
+    builder.history.append(PutTable(_table(1, 1)), lsn=100)  # a no-op, as written then
+    builder.history.append(PutTable(_table(1, 2)), lsn=100)  # then the crash
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume(50)
+    for change in (_put(1, 1), _put(1, 2), _put(1, 2), _put(2, 1)):
+        restarted.on_ddl(change)
+    restarted.commit(100, 0)
+    assert [e.change for e in restarted.history.entries_at(100)][2:] == [
+        PutTable(_table(2, 1))]
+    assert restarted.history.catalog_at(100).tables == {1: _table(1, 2), 2: _table(2, 1)}
+    again = SnapshotBuilder(HistoryFile(tmp_path).load())  # and once more: all there now
+    again.resume(50)
+    for change in (_put(1, 1), _put(1, 2), _put(2, 1)):
+        again.on_ddl(change)
+    again.commit(100, 0)
+    assert again.history.latest.version == restarted.history.latest.version
+
+
+def test_part_of_a_transaction_below_later_versions_is_no_crash(tmp_path: Path) -> None:
+    """Versions at the LSN hold only part of the transaction, and later versions exist:
+    no crash between two appends leaves that, so it is a mismatch, never an append."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load())
+    builder.start_consistent([], 10)
+    builder.history.append(PutTable(_table(1, 1)), lsn=100)
+    builder.history.append(PutTable(_table(3, 1)), lsn=200)
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load())
+    restarted.resume(50)
+    restarted.on_ddl(_put(1, 1))
+    restarted.on_ddl(_put(2, 1))
+    with pytest.raises(CatalogMismatchError, match="make a different catalog"):
+        restarted.commit(100, 0)
+    assert restarted.history.latest.version == 2
