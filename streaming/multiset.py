@@ -57,6 +57,7 @@ from streaming.apply import (
     _literal,
     _position,
     _record_truncate,
+    _text_map,
     _value,
     shape,
     table_path,
@@ -68,7 +69,7 @@ from streaming.evolution import (
     quote,
     table_properties,
 )
-from streaming.schema import COMMIT_LSN, ORDINAL, TableSpec, renamed_names
+from streaming.schema import COMMIT_LSN, ORDINAL, TEXT, TableSpec, renamed_names
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +194,27 @@ def _content(i: int) -> str:
     return f"_c{i}"
 
 
+def _untyped(i: int) -> str:
+    return f"_u{i}"
+
+
+def _contents(spec: TableSpec) -> list[tuple[str, str, str]]:
+    """What makes a row's content: per column, the internal name of its typed value, the
+    lake's expression of it (target alias ``t``) and its name; and for a column whose typed
+    value may be NULL though the value is not (a NaN in a decimal), the text kept in
+    ``_pgcdc_text`` too (a NaN row is not a NULL row)."""
+    out = []
+    for i, column in enumerate(spec.columns):
+        out.append((_content(i), quote(column.name), column.name))
+        if column.untyped("x") is not None:
+            out.append((_untyped(i), f"{TEXT}[{_literal(column.name)}]", column.name))
+    return out
+
+
 def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | None) -> Any:
     """One table's events as ``_op``, position, ``_blind`` (an update or delete without
-    its old row) and the before and after images as structs of ``_c0 .. _cN``."""
+    its old row) and the before and after images as structs of the content
+    (:func:`_contents`)."""
     renames = renamed_names(spec, versions or [])
     unchanged = "coalesce(unchanged, array())"
     cases = " ".join(
@@ -205,13 +224,17 @@ def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | Non
         if old is not None)
     if cases:  # an unchanged TOASTed column is named as its event's version names it
         unchanged = f"transform({unchanged}, u -> CASE {cases} ELSE u END)"
-    before, after = [], []
+    before: list[str] = []
+    after: list[str] = []
     for i, column in enumerate(spec.columns):
-        old = column.cast(_value("before", column.name, renames))
-        new = column.cast(_value("after", column.name, renames))
-        before.append(f"{_literal(_content(i))}, {old}")
-        after.append(f"{_literal(_content(i))}, CASE WHEN array_contains({unchanged}, "
-                     f"{_literal(column.name)}) THEN {old} ELSE {new} END")
+        old = _value("before", column.name, renames)
+        new = (f"CASE WHEN array_contains({unchanged}, {_literal(column.name)}) THEN {old} "
+               f"ELSE {_value('after', column.name, renames)} END")
+        for image, text in ((before, old), (after, new)):
+            image.append(f"{_literal(_content(i))}, {column.cast(text)}")
+            untyped = column.untyped(text)
+            if untyped is not None:
+                image.append(f"{_literal(_untyped(i))}, {untyped}")
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(
         "op AS _op", f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
         "(op IN ('u', 'd') AND before IS NULL) AS _blind",
@@ -219,11 +242,10 @@ def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | Non
         f"named_struct({', '.join(after)}) AS _after")
 
 
-def _null_safe(left: Any, right: Any, width: int) -> Any:
+def _null_safe(left: Any, right: Any, names: list[str]) -> Any:
     from pyspark.sql import functions as F
 
-    return reduce(lambda a, b: a & b,
-                  [left[_content(i)].eqNullSafe(right[_content(i)]) for i in range(width)],
+    return reduce(lambda a, b: a & b, [left[n].eqNullSafe(right[n]) for n in names],
                   F.lit(True))
 
 
@@ -234,8 +256,7 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
     :func:`net_changes` and :func:`occurrence_plan` on Spark."""
     from pyspark.sql import functions as F
 
-    width = len(spec.columns)
-    contents = [_content(i) for i in range(width)]
+    contents = [name for name, _, _ in _contents(spec)]
     plus = rows.where("_op IN ('c', 'r', 'u')").select(
         "_after.*", F.lit(1).alias("_sign"), COMMIT_LSN, ORDINAL)
     minus = rows.where("_op IN ('u', 'd')").select(
@@ -244,15 +265,15 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
         F.sum("_sign").alias("_change"),
         F.max(F.struct(COMMIT_LSN, ORDINAL)).alias("_at")).where("_change != 0")
     stored = spark.read.format("delta").load(path).selectExpr(
-        *[f"{quote(c.name)} AS {_content(i)}" for i, c in enumerate(spec.columns)],
+        *[f"{lake} AS {name}" for name, lake, _ in _contents(spec)],
         f"{OCCURRENCE} AS _occurrence")
-    counted = stored.join(changes.select(*contents), _null_safe(stored, changes, width),
+    counted = stored.join(changes.select(*contents), _null_safe(stored, changes, contents),
                           "left_semi").groupBy(*contents).agg(
         F.count(F.lit(1)).alias("_count"), F.count("_occurrence").alias("_numbered"),
         F.countDistinct("_occurrence").alias("_distinct"),
         F.min("_occurrence").alias("_lo"), F.max("_occurrence").alias("_hi"))
     c, s = changes.alias("c"), counted.alias("s")
-    plan = c.join(s, _null_safe(c, s, width), "left").select(
+    plan = c.join(s, _null_safe(c, s, contents), "left").select(
         *[F.col(f"c.{n}") for n in contents], "c._at",
         F.coalesce(F.col("s._count"), F.lit(0)).alias("_count"),
         F.expr("greatest(0, coalesce(s._count, 0) + c._change)").alias("_wanted"),
@@ -273,12 +294,14 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
 
 def _merge(target: Any, source: Any, spec: TableSpec) -> Any:
     """Delete the planned occurrences, insert the missing ones: one MERGE."""
-    same = [f"t.{quote(c.name)} <=> s.{_content(i)}" for i, c in enumerate(spec.columns)]
+    same = [f"t.{lake} <=> s.{name}" for name, lake, _ in _contents(spec)]
     on = " AND ".join([*same, "s._kind = 'd'",
                        f"(s._whole OR t.{OCCURRENCE} = s._occurrence)"])
     values = {quote(c.name): f"s.{_content(i)}" for i, c in enumerate(spec.columns)}
     values.update({COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}",
-                   OCCURRENCE: "s._occurrence"})
+                   OCCURRENCE: "s._occurrence",
+                   TEXT: _text_map([(column, f"s.{name}") for name, _, column in _contents(spec)
+                                    if name.startswith("_u")])})
     return target.alias("t").merge(source.alias("s"), on).whenMatchedDelete()\
         .whenNotMatchedInsert(condition="s._kind = 'i'", values=values)
 
