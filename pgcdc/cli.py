@@ -195,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="also append every event to <table>__changelog (history, audit)")
     spark.add_argument("--optimize-every", type=int, default=None, metavar="N",
                        help="compact (OPTIMIZE) the tables written, every N micro-batches")
+    spark.add_argument("--archive-dropped", action="store_true",
+                       help="move the lake table of a dropped source table to "
+                            "<lake>/_archive/<schema>.<table>.<oid> instead of dropping it")
     spark.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="a Kafka consumer property for Spark's Kafka source, e.g. "
                             "security.protocol=SASL_SSL (repeatable; docs/security.md)")
@@ -752,6 +755,7 @@ def _spark(args: argparse.Namespace) -> int:
                            trigger_seconds=None if args.available_now else args.trigger_seconds,
                            max_offsets_per_trigger=args.max_offsets_per_trigger,
                            changelog=args.changelog, optimize_every=args.optimize_every,
+                           archive_dropped=args.archive_dropped,
                            kafka_options=_spark_kafka_options(args))
     query = job.start(spark, config)
     query.awaitTermination()
