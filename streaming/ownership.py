@@ -72,15 +72,7 @@ def take(spark: Any, path: str, oid: int, name: str, catalog: LakeCatalog, *, la
         return True
     if held == oid:
         return True
-    mine, theirs = catalog.born(oid), catalog.born(held)
-    if mine is None or theirs is None or mine == theirs:
-        msg = (f"the lake table {path} holds the rows of table oid {held}, and {name} (oid "
-               f"{oid}) maps to the same location, but the catalog does not say which of "
-               "the two replaced the other (both existed at once, or one is unknown): two "
-               "source tables whose names map to one lake location, or a lake shared by two "
-               "sources; rename one of them, or move the lake table aside")
-        raise LakeOwnerError(msg)
-    if mine < theirs:
+    if not replaces(oid, held, catalog, path=path, name=name):
         log.info("events of %s (oid %d) left out: the lake table %s holds its successor "
                  "under the same name (oid %d)", name, oid, path, held)
         return False
@@ -89,6 +81,21 @@ def take(spark: Any, path: str, oid: int, name: str, catalog: LakeCatalog, *, la
                     "%s (oid %d), created after it, takes its place", path, held, name, oid)
     retire(spark, path, held, lake=lake, archive=archive)
     return True
+
+
+def replaces(oid: int, held: int, catalog: LakeCatalog, *, path: str, name: str) -> bool:
+    """Whether table ``oid`` replaces table ``held`` at the lake location ``path`` (it was
+    born later), or is the older of the two (False); an error when the catalog cannot tell.
+    """
+    mine, theirs = catalog.born(oid), catalog.born(held)
+    if mine is None or theirs is None or mine == theirs:
+        msg = (f"the lake table {path} holds the rows of table oid {held}, and {name} (oid "
+               f"{oid}) maps to the same location, but the catalog does not say which of "
+               "the two replaced the other (both existed at once, or one is unknown): two "
+               "source tables whose names map to one lake location, or a lake shared by two "
+               "sources; rename one of them, or move the lake table aside")
+        raise LakeOwnerError(msg)
+    return mine > theirs
 
 
 def retire_dropped(spark: Any, catalog: LakeCatalog, table_path: Callable[[str, TableSpec], str],

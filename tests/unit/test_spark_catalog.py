@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sinks.kafka import topic_name
 from snapshot_builder.catalog import Column, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import (
@@ -21,6 +22,7 @@ from snapshot_builder.history import (
 )
 from streaming.apply import TableBatch, _lives
 from streaming.catalog import LakeCatalog, replay
+from streaming.ownership import LakeOwnerError, replaces
 from streaming.schema import CatalogLog, TableSpec
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -156,7 +158,7 @@ def test_a_table_dropped_and_created_again_is_two_lives() -> None:
 def test_a_version_only_the_history_holds_gets_its_topic() -> None:
     catalog = _catalog([e.to_json() for e in _entries()], [])
     spec = catalog.latest(16420)
-    assert spec.name == NAME and spec.topic == "pg.public.we_ird_name"
+    assert spec.name == NAME and spec.topic == topic_name("pg", "public", NAME)
     assert [c.attnum for c in spec.columns] == [1, 2]
 
 
@@ -166,3 +168,23 @@ def test_catalog_log_interface(lsn: int) -> None:
     catalog = _catalog([], [_record(v1, lsn)])
     assert catalog.version(16400, v1.version) is not None
     assert catalog.by_version(v1.version) is not None and len(catalog) == 1
+
+
+def test_which_table_holds_a_lake_location() -> None:
+    """A table created again under a name replaces the older one at its lake location; the
+    older one's late events are left out; two tables the catalog cannot order are an error."""
+    old, new = _table(16410, NAME), _table(16420, NAME)
+    catalog = _catalog([e.to_json() for e in _entries()], [_record(old, 100), _record(new, 500)])
+    where = {"path": "lake/public.we_ird_name", "name": f"public.{NAME}"}
+    assert replaces(16420, 16410, catalog, **where)
+    assert not replaces(16410, 16420, catalog, **where)
+    # without DDL capture, by the LSNs the records were published with
+    records = _catalog([], [_record(old, 100), _record(new, 500)])
+    assert replaces(16420, 16410, records, **where)
+    assert not replaces(16410, 16420, records, **where)
+    # two tables of the baseline (both existed at once), or one the catalog does not know
+    twins = _catalog([e.to_json() for e in _entries()], [])
+    with pytest.raises(LakeOwnerError, match="rename one of them"):
+        replaces(16400, 16410, twins, **where)
+    with pytest.raises(LakeOwnerError):
+        replaces(16420, 99999, twins, **where)
