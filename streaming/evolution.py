@@ -231,14 +231,22 @@ def _rename(spark: Any, target: str, spec: TableSpec, present: dict[str, str],
     for old, _ in moves:
         if via[old] != old:
             spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(old)} TO {quote(via[old])}")
+    keys: dict[str, str] = {}  # the _pgcdc_text keys to rename with their columns
     for old, new in moves:
         if new in renamed and new not in olds:
             # a kept (dropped) column of the same name makes way for the renamed one
             aside = f"{new}__dropped"
             spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(new)} TO {quote(aside)}")
             renamed[aside] = renamed.pop(new)
+            keys[new] = aside
         spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(via[old])} TO {quote(new)}")
         log.info("renamed %s.%s to %s (column identity)", target, old, new)
+        keys[old] = new
+    if TEXT in present and any(c.untyped(quote(c.name)) is not None for c in spec.columns
+                               if c.name in keys.values()):
+        cases = " ".join(f"WHEN {_sql_string(o)} THEN {_sql_string(n)}" for o, n in keys.items())
+        spark.sql(f"UPDATE {target} SET {TEXT} = transform_keys({TEXT}, (k, v) -> CASE k "
+                  f"{cases} ELSE k END) WHERE {TEXT} IS NOT NULL")
     types = {old: renamed.pop(old) for old, _ in moves}
     for old, new in moves:
         renamed[new] = types[old]

@@ -539,6 +539,16 @@ def test_values_a_typed_column_cannot_hold(pg_conn: Conn, pg_dsn: str, kafka_ser
                             "n": "NaN"}
     assert got[2][TEXT] == {"ts": "294276-01-01 00:00:00"} and got[2]["d_price"] == Decimal(3)
 
+    # a renamed column's kept texts are renamed with it
+    pg_conn.execute("ALTER TABLE lossy RENAME COLUMN n TO amount")
+    pg_conn.execute("INSERT INTO lossy (id, amount) VALUES (100, 'NaN')")
+    capture_and_apply(2)
+    got = {r["id"]: r for r in spark.read.format("delta").load(f"{lake}/public.lossy")
+           .collect()}
+    assert got[0][TEXT] == {"amount": "NaN", "ts": "294276-12-31 23:59:59.999999",
+                            "tstz": "294276-12-31 23:59:59.5+00"}
+    assert got[100][TEXT] == {"amount": "NaN"}
+
 
 class _Unused:
     def __getattr__(self, name: str) -> Any:
