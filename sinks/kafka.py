@@ -1,6 +1,7 @@
 """The Kafka sink: one topic per table, keyed by primary key, idempotent producer, acks=all.
 
-Topics: ``<prefix>.<schema>.<table>`` for changes (Avro by default, one writer
+Topics: ``<prefix>.<schema>.<table>`` for changes (a name with characters a topic name
+cannot hold gets a digest of its own, see :func:`topic_name`) (Avro by default, one writer
 schema per table version, see sinks/avro.py; or the Debezium JSON envelope,
 sinks/envelope.py), each delete followed by a tombstone (null value) unless
 disabled; ``<prefix>._catalog`` for table versions; ``<prefix>._catalog_history`` for the
@@ -23,6 +24,7 @@ a consumer always finds the version an event names.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import re
@@ -45,6 +47,8 @@ from snapshot_builder.catalog import TableVersion
 log = logging.getLogger(__name__)
 
 _ILLEGAL_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a name that is its own part of a topic name
+_DIGEST_LENGTH = 32  # hex digits of the digest that tells other names apart (topic_name)
 CATALOG_SUFFIX = "_catalog"
 MESSAGES_SUFFIX = "_messages"
 TRANSACTIONS_SUFFIX = "_transactions"
@@ -93,14 +97,34 @@ class KafkaSinkError(TerminalError):
 
 
 def topic_name(prefix: str, schema: str, table: str) -> str:
-    """``<prefix>.<schema>.<table>``; characters Kafka does not allow become ``_``."""
+    """The topic of a table's changes: one table, one topic, whatever its name.
+
+    ``<prefix>.<schema>.<table>`` when both names use only what a topic name allows
+    besides the dot (``A-Z a-z 0-9 _ -``), as always.  Any other name (a dot, a space, a
+    quote, a letter outside ASCII) has each such character written ``_`` and a fourth
+    part, 32 hex digits of the SHA-256 of both names: ``public."orders.dot"`` goes to
+    ``<prefix>.public.orders_dot.ca279617...``, never to ``<prefix>.public.orders_dot``, the
+    topic of ``public.orders_dot``.  A topic of three parts comes only from those exact
+    names, and two names with a digest share one only if 128 bits of SHA-256 collide: no
+    two tables share a topic, nor a key space.  (A table dropped and created again under
+    its name is one name, one topic: its events say which table they belong to.)"""
+    if _PLAIN_NAME.fullmatch(schema) and _PLAIN_NAME.fullmatch(table):
+        return f"{prefix}.{schema}.{table}"
+    digest = hashlib.sha256(json.dumps([schema, table]).encode()).hexdigest()[:_DIGEST_LENGTH]
     return ".".join([prefix, _ILLEGAL_TOPIC_CHARS.sub("_", schema),
-                     _ILLEGAL_TOPIC_CHARS.sub("_", table)])
+                     _ILLEGAL_TOPIC_CHARS.sub("_", table), digest])
+
+
+def _quoted(schema: str, table: str) -> str:
+    """``schema.table`` as SQL writes it (quoted where needed), for a message."""
+    return ".".join(part if re.fullmatch(r"[a-z_][a-z0-9_]*", part)
+                    else '"' + part.replace('"', '""') + '"' for part in (schema, table))
 
 
 def table_topic_pattern(prefix: str) -> str:
     """A Java/Python regex matching every table topic of ``prefix`` and not the catalog."""
-    return rf"^{re.escape(prefix)}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+    return (rf"^{re.escape(prefix)}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
+            rf"(\.[0-9a-f]{{{_DIGEST_LENGTH}}})?$")
 
 
 def catalog_topic(prefix: str) -> str:
@@ -168,6 +192,7 @@ class KafkaSink:
         self._topics: set[str] = set()
         self._published: set[tuple[int, str]] = set()
         self._table_topics: dict[int, str] = {}
+        self._topic_names: dict[str, tuple[str, str]] = {}  # the one table name a topic holds
         # the topic, headers and encoder of each table version's events, by the id of its
         # TableVersion
         self._routes: dict[int, _Route] = {}
@@ -187,8 +212,14 @@ class KafkaSink:
         key = (table.oid, table.version)
         if key in self._published:
             return
-        self._table_topics[table.oid] = self._ensure_topic(
-            topic_name(self.prefix, table.schema, table.name), partitions=self.partitions)
+        topic = topic_name(self.prefix, table.schema, table.name)
+        names = self._topic_names.setdefault(topic, (table.schema, table.name))
+        if names != (table.schema, table.name):  # never: only if 128 bits of SHA-256 collide
+            msg = (f"tables {_quoted(*names)} and {_quoted(table.schema, table.name)} would "
+                   f"share the Kafka topic {topic} (their names' digests collide); rename one "
+                   "of them")
+            raise KafkaSinkError(msg)
+        self._table_topics[table.oid] = self._ensure_topic(topic, partitions=self.partitions)
         self._routes.clear()  # a table's topic may have changed (a rename)
         value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
                      value_format=self.encoder.format, **self.encoder.schemas(table))
