@@ -99,6 +99,7 @@ SELECT jsonb_build_object(
           AND a.attgenerated = ''), '[]'::jsonb))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = rel AND c.relkind IN ('r', 'p')
+  AND c.relpersistence <> 't'  -- a temporary table is no one else's business
 $$;
 
 CREATE OR REPLACE FUNCTION pgcdc.type_definition(typ oid) RETURNS jsonb
@@ -308,7 +309,12 @@ BEGIN
         CREATE EVENT TRIGGER pgcdc_drop ON sql_drop EXECUTE FUNCTION pgcdc.on_drop();
     END IF;
 END $$;
+
+COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 3';
 """
+
+# what current() looks for: an installation of an older pgcdc is upgraded in place
+CAPTURE_VERSION: Final = "pgcdc DDL capture 3"
 
 
 class DdlCaptureError(TerminalError):
@@ -327,14 +333,15 @@ def installed(conn: psycopg.Connection[Any]) -> bool:
 
 
 def current(conn: psycopg.Connection[Any]) -> bool:
-    """Installed by this pgcdc: the triggers (rewrites too), type capture
-    (``pgcdc.type_definition``) and publication column lists (``pgcdc.column_lists``).
-    An older installation lacks one of them; :func:`install` upgrades it in place."""
-    row = conn.execute("SELECT to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL "
+    """Installed by this pgcdc: every trigger, and the functions as this release writes
+    them (the comment :data:`CAPTURE_VERSION` on ``pgcdc.on_ddl``).  An older installation
+    lacks one of them; :func:`install` upgrades it in place."""
+    row = conn.execute("SELECT obj_description(to_regprocedure('pgcdc.on_ddl()'), 'pg_proc') "
+                       "= %s AND to_regprocedure('pgcdc.type_definition(oid)') IS NOT NULL "
                        "AND to_regprocedure('pgcdc.column_lists(oid)') IS NOT NULL "
                        "AND to_regprocedure('pgcdc.follow(oid)') IS NOT NULL "
                        "AND EXISTS (SELECT 1 FROM pg_event_trigger "
-                       "WHERE evtname = 'pgcdc_rewrite')").fetchone()
+                       "WHERE evtname = 'pgcdc_rewrite')", (CAPTURE_VERSION,)).fetchone()
     return installed(conn) and row is not None and bool(row[0])
 
 

@@ -474,3 +474,22 @@ def test_the_catalog_folder_belongs_to_one_slot(pg_conn: Conn, pg_dsn: str,
     with pytest.raises(CatalogError, match="earlier slot \"pgcdc\", which is gone"):
         _pipeline(pg_dsn, RecordingSink(), ["public.t"], catalog_dir=folder)
     assert pg_conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
+
+
+def test_temporary_tables_stay_out_of_the_catalog(pg_conn: Conn, pg_dsn: str,
+                                                  tmp_path: Path) -> None:
+    """A session's temporary table (``pg_temp_N``) is nobody else's: no version, no drop."""
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    sink = RecordingSink()
+    pipeline = _pipeline(pg_dsn, sink, ["public.t"], catalog_dir=tmp_path / "catalog")
+    baseline = pipeline.builder.history.latest.version
+    pg_conn.execute("CREATE TEMPORARY TABLE scratch (id int PRIMARY KEY, v text)")
+    pg_conn.execute("ALTER TABLE scratch ADD COLUMN w int DEFAULT 1")
+    pg_conn.execute("DROP TABLE scratch")
+    pg_conn.execute("ALTER TABLE t ADD COLUMN note text")  # a change that does count
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    history = pipeline.builder.history
+    names = {table.qualified_name for entry in history.entries()
+             for table in [getattr(entry.change, "table", None)] if table is not None}
+    assert names == {"public.t"}, names
+    assert history.latest.version == baseline + 1
