@@ -20,7 +20,7 @@ from psycopg import sql
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink, catalog_history_topic, table_topic_pattern
 from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from streaming import job
 from streaming.apply import apply_batch, table_path
@@ -170,6 +170,12 @@ def test_dropped_and_recreated_table_in_one_batch(
     config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
                            topic_prefix=topic_prefix)
     catalog = job.read_catalog(spark, config)
+    # the wire carries the history's own serialization: the records are the log's lines
+    records = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_servers)
+               .option("subscribe", catalog_history_topic(topic_prefix))
+               .option("startingOffsets", "earliest").load()
+               .selectExpr("offset", "CAST(value AS STRING) AS v").orderBy("offset").collect())
+    assert [r["v"] for r in records] == (history / "catalog.log").read_text().splitlines()
     everything = _topics(spark, kafka_servers, topic_prefix)
     versions = {(r[0], r[1]) for r in everything.selectExpr(
         "topic", "CAST(element_at(filter(headers, h -> h.key = 'pgcdc.table_version'), 1)"
@@ -220,3 +226,25 @@ def test_dropped_and_recreated_table_across_batches_archived(
         archived = f"{archive_path(lake, table_path(lake, spec), spec.oid)}/" \
                    f"{table_path(lake, spec).rsplit('/', 1)[-1]}"
         assert spark.read.format("delta").load(archived).count() == rows
+
+
+def test_the_job_follows_drops_and_recreates_across_small_batches(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """The Structured Streaming query itself (``pgcdc spark --available-now``), three offsets
+    per micro-batch: each life of the table reaches the lake in several batches."""
+    history = tmp_path / "catalog"
+    _first_life(pg_conn)
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    _first_rows(pg_conn)
+    _second_life(pg_conn)
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix, trigger_seconds=None,
+                           max_offsets_per_trigger=3)
+    batches: list[int] = []
+    job.start(spark, config, on_batch=lambda batch_id, _: batches.append(batch_id))\
+        .awaitTermination()
+    assert len(batches) > 5
+    _check_lake(spark, pg_dsn, job.read_catalog(spark, config), lake)
