@@ -215,3 +215,15 @@ def test_golden_records_from_a_real_server(tmp_path: Path) -> None:
     assert catalog.versions(old)[0].version == catalog.latest(new).version
     assert [c.name for c in catalog.latest(old).columns] == ["id", "v", "n"]
     assert catalog.born(new) > catalog.dropped(old)  # type: ignore[operator]
+
+
+def test_lives_are_ordered_by_birth_not_by_oid() -> None:
+    """OIDs wrap around: a table created again may get a lower OID than the one it replaces."""
+    first, second = _table(40000, NAME), _table(16384, NAME)
+    lines = [Entry(1, 100, 0, PutTable(first)).to_json(), Entry(2, 200, 0, DropTable(40000))
+             .to_json(), Entry(3, 300, 0, PutTable(second)).to_json()]
+    catalog = _catalog(lines, [_record(first, 100), _record(second, 300)])
+    summary = {oid: TableBatch(None, frozenset({"c"})) for oid in (16384, 40000)}
+    assert _lives(summary, catalog) == [40000, 16384]
+    where = {"path": "lake/public.we_ird_name", "name": f"public.{NAME}"}
+    assert replaces(16384, 40000, catalog, **where)
