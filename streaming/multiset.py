@@ -38,7 +38,16 @@ How a micro-batch is applied (:func:`apply_multiset`; :func:`net_changes` and
 The watermark needs a table's changes totally ordered in Kafka by (commit_lsn, ordinal):
 one partition per table topic, the default (``KafkaSink(partitions=1)``).  Reads (op ``r``,
 the initial load) arrive from several load workers in any order, so they do not advance it;
-they all precede every streamed change, so a read at or below it is a duplicate too.
+they all precede every streamed change, so a read at or below it is a duplicate too.  A
+read above it is a duplicate if a lake row carries its position: each new occurrence
+carries the position of the image that added it (each read's is unique), and until a
+change is applied no row of a read has gone.
+
+Not handled: the reads of a resumed initial load that reads a row again (a chunk done in
+an earlier generation re-reads its rows with a recent xmin, under new positions) count
+twice, as no key tells them apart; an update or delete written under an earlier version
+of the table without REPLICA IDENTITY FULL (its old row is the key alone) matches no
+content and changes nothing.
 """
 
 from __future__ import annotations
@@ -254,6 +263,7 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
     content) and to insert ('i'), from the batch's events ``rows`` (in the shape of
     :func:`_signed_images`, already left out what the watermark and a truncate cover):
     :func:`net_changes` and :func:`occurrence_plan` on Spark."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     contents = [name for name, _, _ in _contents(spec)]
@@ -285,10 +295,23 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
         "false AS _whole", *at)
     delete_all = plan.where("NOT _clean").selectExpr(
         *contents, "CAST(NULL AS BIGINT) AS _occurrence", "'d' AS _kind", "true AS _whole", *at)
-    insert = plan.selectExpr("*", "CASE WHEN _clean THEN _count + 1 ELSE 1 END AS _from")\
+    numbered = plan.selectExpr("*", "CASE WHEN _clean THEN _count + 1 ELSE 1 END AS _from")\
         .where("_from <= _wanted").selectExpr(
-            *contents, "explode(sequence(_from, _wanted)) AS _occurrence", "'i' AS _kind",
-            "false AS _whole", *at)
+            *contents, "explode(sequence(_from, _wanted)) AS _occurrence", "_wanted", "_at")\
+        .selectExpr("*", "_wanted - _occurrence + 1 AS _rank").alias("i")
+    # a new occurrence carries the position of the image that added it: the newest to the
+    # highest occurrence (so that a read's position names its row, see apply_multiset)
+    order = Window.partitionBy(*contents).orderBy(F.col(COMMIT_LSN).desc(),
+                                                  F.col(ORDINAL).desc())
+    added = plus.select(*contents, COMMIT_LSN, ORDINAL,
+                        F.row_number().over(order).alias("_rank")).alias("a")
+    insert = numbered.join(
+        added, _null_safe(numbered, added, contents) & (F.col("i._rank") == F.col("a._rank")),
+        "left").select(
+        *[F.col(f"i.{n}") for n in contents], F.col("i._occurrence"),
+        F.lit("i").alias("_kind"), F.lit(False).alias("_whole"),
+        F.coalesce(F.col(f"a.{COMMIT_LSN}"), F.col(f"i._at.{COMMIT_LSN}")).alias(COMMIT_LSN),
+        F.coalesce(F.col(f"a.{ORDINAL}"), F.col(f"i._at.{ORDINAL}")).alias(ORDINAL))
     return delete_one.unionByName(delete_all).unionByName(insert)
 
 
@@ -331,7 +354,9 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             found = rows.selectExpr(
                 f"max(CASE WHEN _op = 't' THEN struct({COMMIT_LSN}, {ORDINAL}) END) AS t",
                 f"max(CASE WHEN _op != 'r' THEN struct({COMMIT_LSN}, {ORDINAL}) END) AS newest",
-                "count_if(_blind) AS blind", "count_if(_op != 't') AS changes").collect()[0]
+                "count_if(_blind) AS blind", "count_if(_op != 't') AS changes",
+                f"min(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_from",
+                f"max(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_to").collect()[0]
         if found["blind"]:
             msg = (f"{found['blind']} update(s) or delete(s) of the keyless table "
                    f"{spec.qualified_name} without the old row: which of identical rows "
@@ -343,6 +368,12 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 _record_truncate(spark, path, truncate)  # first: a retry still knows
             target.delete(_position(*truncate, "<"))
             rows = rows.where(_position(*truncate, ">"))
+        if found["reads_from"] is not None:  # a read the lake holds already: a replay
+            held = spark.read.format("delta").load(path).where(
+                f"{COMMIT_LSN} BETWEEN {found['reads_from']} AND {found['reads_to']}")\
+                .select(COMMIT_LSN, ORDINAL)
+            rows = rows.where("_op != 'r'").unionByName(
+                rows.where("_op = 'r'").join(held, [COMMIT_LSN, ORDINAL], "left_anti"))
         affected = 0
         if found["changes"]:
             source = _merge_source(spark, path, rows, spec)
