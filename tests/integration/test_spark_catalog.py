@@ -10,6 +10,7 @@ PostgreSQL -> pgcdc -> Kafka -> apply_batch -> Delta, compared with the source.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +60,22 @@ def _since(everything: Any, before: Any) -> Any:
                            ["topic", "partition", "offset"], "left_anti")
 
 
-@pytest.mark.parametrize("capture", [True, False], ids=["history", "records"])
+@pytest.mark.parametrize(("capture", "workers"), [(True, 0), (True, 2), (False, 0)],
+                         ids=["history", "history-2-workers", "records"])
 def test_column_added_after_the_initial_load_reaches_the_lake(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
-        tmp_path: Path, capture: bool) -> None:
-    """Issue 15 point 4, as reported: a load, then ADD COLUMN b and a row using it."""
+        tmp_path: Path, capture: bool, workers: int) -> None:
+    """Issue 15 point 4, as reported: a load (by reader threads, or by worker processes each
+    with its own sink, as ``pgcdc run --initial-load`` runs it), then ADD COLUMN b and a row
+    using it."""
     pg_conn.execute("CREATE TABLE ev (id int PRIMARY KEY, a text)")
     pg_conn.execute("INSERT INTO ev VALUES (1, 'a')")
     history = tmp_path / "catalog" if capture else None
-    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    factory = partial(KafkaSink, kafka_servers, topic_prefix=topic_prefix)
+    sink = factory()
     load = InitialLoad(LoadConfig(pg_dsn, tmp_path / "load.json", tables=["public.ev"],
-                                  readers=1, capture_ddl=capture, catalog_dir=history), sink)
+                                  readers=1, workers=workers, sink_factory=factory,
+                                  capture_ddl=capture, catalog_dir=history), sink)
     assert load.run().complete
     sink.close()
     pg_conn.execute("ALTER TABLE ev ADD COLUMN b int")
