@@ -1,0 +1,114 @@
+"""The lake model at length (TESTING.md T18, issue 15): many random programs of DDL and DML,
+with kill -9 of ``pgcdc run`` at every capture, each ending with the lake compared with the
+source table by table.
+
+The programs are tests/lake_model.py's (the CI test, tests/integration/test_lake_model.py,
+runs a few of them without kills).  One throwaway PostgreSQL, Kafka broker and Spark session
+for the whole run.  Each capture starts ``pgcdc run --incremental-snapshots`` as a process and
+kills it with -9 after 0.3 to 4 s; the program's final check captures with a pipeline in this
+process, from the progress, catalog history and incremental state the killed ones left.
+
+From the repository root::
+
+    python -m bench.lake_model --programs 200 --steps 25 --seed 1
+    python -m bench.lake_model --programs 20 --no-kills --shrink
+
+A failing program is shrunk (``--shrink``, slow: each step of shrinking runs the pipeline)
+and its SQL written to ``--failures`` (one file per failure, named by seed).  Prints a JSON
+summary (programs, steps, kills, failures); the exit status is 1 if a program failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import hypothesis.core
+from hypothesis.stateful import run_state_machine_as_test
+
+from pgcdc.services.kafka import KafkaBroker
+from pgcdc.services.postgres import PostgresServer
+from tests.integration.test_lake_model import model_settings
+from tests.lake_model import LakeModel, Rig, machine
+
+log = logging.getLogger("bench.lake_model")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from streaming.session import build_session
+
+    failures: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with PostgresServer() as server, KafkaBroker() as broker, \
+            tempfile.TemporaryDirectory() as tmp:
+        spark = build_session("pgcdc-lake-model")
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))  # see the CI test
+        try:
+            rig = Rig(server, broker.bootstrap_servers, spark, Path(tmp),
+                      kills=None if args.no_kills else random.Random(args.seed))
+            bound = machine(rig)
+            last: list[LakeModel] = []
+            original = bound.teardown
+
+            def teardown(self: LakeModel) -> None:  # keeps the last program for its SQL
+                last[:] = [self]
+                original(self)
+
+            bound.teardown = teardown  # type: ignore[method-assign]
+            for batch in range(0, args.programs, args.batch):
+                seed = args.seed * 1_000_003 + batch
+                hypothesis.core.global_force_seed = seed
+                count = min(args.batch, args.programs - batch)
+                try:
+                    run_state_machine_as_test(bound, settings=model_settings(
+                        count, args.steps, shrink=args.shrink, derandomize=False))
+                except Exception as exc:  # a program failed: keep it, go on with the next
+                    statements = last[0].program.statements if last else []
+                    failures.append({"seed": seed, "error": str(exc).splitlines()[0][:500],
+                                     "statements": len(statements)})
+                    if args.failures is not None:
+                        args.failures.mkdir(parents=True, exist_ok=True)
+                        path = args.failures / f"lake_model_{seed}.sql"
+                        path.write_text(f"-- {exc}\n" + ";\n".join(statements) + ";\n")
+                        failures[-1]["file"] = str(path)
+                    log.error("programs %d-%d (seed %d) failed: %s", batch, batch + count - 1,
+                              seed, str(exc).splitlines()[0][:300])
+                log.info("%d of %d programs run, %d kills, %d failures", batch + count,
+                         args.programs, rig.killed, len(failures))
+        finally:
+            spark.stop()
+    return {"programs": args.programs, "steps": args.steps, "seed": args.seed,
+            "kills": rig.killed, "failures": failures,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=100, help="programs to run (100)")
+    parser.add_argument("--steps", type=int, default=25, help="at most this many steps each")
+    parser.add_argument("--seed", type=int, default=1, help="the run's seed (programs, kills)")
+    parser.add_argument("--batch", type=int, default=10,
+                        help="programs per hypothesis run: a failure ends its batch (10)")
+    parser.add_argument("--no-kills", action="store_true", help="capture without kill -9")
+    parser.add_argument("--shrink", action="store_true", help="shrink a failing program")
+    parser.add_argument("--failures", type=Path, default=Path("lake_model_failures"),
+                        help="folder for failing programs' SQL (lake_model_failures)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("py4j", "kafka", "streaming", "pgcdc", "snapshot_builder", "sinks"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    report = run(args)
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""The lake model (TESTING.md T18, issue 15): random programs of DDL and DML against a real
+PostgreSQL, captured by pgcdc into Kafka, applied by Spark to Delta, and every lake table
+compared with its source table through the consistent-clone oracle (pgcdc.clone.compare).
+
+A program is one run of :class:`LakeModel`, a hypothesis state machine: tables created (keyed,
+or keyless with REPLICA IDENTITY FULL and duplicate rows; one name holds a quote and a
+semicolon), rows inserted, updated (a key too) and deleted, columns added (no default, a
+constant, a volatile one), dropped, renamed and retyped (``USING``), tables truncated, dropped,
+dropped and created again, savepoints rolled back with DDL inside, prepared transactions
+committed and rolled back with DDL inside; between steps pgcdc captures what was written (a
+new pipeline each time, so every capture is a restart on the persisted catalog history) and
+Spark applies it.  At the end the lake must hold exactly the source's tables, each equal.
+
+The source is the oracle, so the model keeps only what makes valid SQL (tables, columns and
+their types).  Every statement is kept in :attr:`Program.statements`: a failure prints the
+program as SQL, replayable by hand.  With a :class:`Rig` whose ``kills`` is set (the bench,
+bench/lake_model.py), captures run ``pgcdc run`` as a process killed with -9 at a random
+moment instead, and the final capture finishes from what the killed ones left.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from psycopg import sql
+
+from decoder.slot import current_wal_lsn
+from pgcdc.clone import compare
+from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.services.postgres import PostgresServer
+from sinks.kafka import KafkaSink
+from snapshot_builder.incremental import IncrementalSnapshots
+from streaming import job
+from streaming.apply import table_path
+from tests.fixtures.fix_pg import _database
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+NAMES = ("t", "u", 'we"ird;name')  # a quote and a semicolon: quoting and topic names
+# each column type: the value of row g (an SQL expression of g), a constant default, a volatile
+TYPES: dict[str, tuple[str, str, str]] = {
+    "int": ("{g}", "7", "(random() * 1000)::int"),
+    "bigint": ("({g})::bigint * 1000003", "7000000", "(random() * 1e9)::bigint"),
+    "text": ("'t' || ({g})", "'d'", "md5(random()::text)"),
+    "numeric(10,2)": ("({g})::numeric / 4", "4.25", "(random() * 100)::numeric(10,2)"),
+    "boolean": ("({g}) % 2 = 0", "true", "random() < 0.5"),
+}
+_programs = itertools.count()
+AUXILIARY = ("__tombstones", "__changelog")  # the apply's own tables beside a lake table
+
+
+@dataclass
+class Rig:
+    """What every program runs on: one PostgreSQL cluster, Kafka, a Spark session."""
+
+    server: PostgresServer
+    kafka: str
+    spark: Any
+    root: Path
+    kills: random.Random | None = None  # the bench: kill -9 ``pgcdc run`` at each capture
+    timeout: float = 300.0
+    killed: int = 0
+
+
+@dataclass
+class Table:
+    name: str
+    keyed: bool  # a primary key ``id``; else REPLICA IDENTITY FULL, ``k`` and duplicates
+    columns: dict[str, str] = field(default_factory=dict)  # name -> type, but the key
+
+    @property
+    def key(self) -> str:
+        return "id" if self.keyed else "k"
+
+
+class Program:
+    """One program's database, topics, catalog, lake and the SQL it ran."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        number = next(_programs)
+        self.slot = f"model{os.getpid()}_{number}"
+        self.prefix = self.slot
+        self.home = rig.root / self.slot
+        self.home.mkdir(parents=True)
+        self._exit = ExitStack()
+        self.dsn = self._exit.enter_context(_database(rig.server))
+        self.conn: Conn = psycopg.connect(self.dsn, autocommit=True)
+        self._exit.callback(self.conn.close)
+        self.statements: list[str] = []
+        self.lake = (self.home / "lake").as_uri()
+        self.checkpoint = (self.home / "cp").as_uri()
+        # the slot and the publication (FOR ALL TABLES) before the first write
+        Pipeline(self._config(), _NoSink()).prepare()
+
+    def close(self) -> None:
+        self._exit.close()
+
+    def _config(self) -> PipelineConfig:
+        return PipelineConfig(self.dsn, slot=self.slot, tables=None, status_interval=0.2,
+                              catalog_dir=self.home / "catalog",
+                              progress_file=self.home / "progress.json")
+
+    def run(self, *statements: sql.Composable | str) -> None:
+        """Execute in one implicit transaction each (autocommit), as written."""
+        for statement in statements:
+            text = statement if isinstance(statement, str) else statement.as_string(self.conn)
+            self.statements.append(text)
+            self.conn.execute(text.encode())
+
+    # --- capture and apply --------------------------------------------------------------
+
+    def capture(self) -> None:
+        """pgcdc until everything written so far is durable in Kafka and every table a DDL
+        asked to read again was read (incremental snapshots)."""
+        if self.rig.kills is not None:
+            self._capture_killed()
+        sink = KafkaSink(self.rig.kafka, topic_prefix=self.prefix)
+        snapshots = IncrementalSnapshots(self.dsn, sink, slot=self.slot,
+                                         state_file=self.home / "incremental.json",
+                                         chunk_size=50, poll_interval=0.1)
+        pipeline = Pipeline(self._config(), sink, incremental=snapshots)
+        pipeline.prepare()
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def stream() -> None:
+            try:
+                pipeline.run(stop=stop)
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        snapshots.start()
+        try:
+            def durable() -> bool:
+                return pipeline.progress.durable_lsn >= target
+
+            target = current_wal_lsn(self.conn)
+            self._until(durable, failure, "the stream")
+            self._until(lambda: snapshots.idle, failure, "the tables read again")
+            target = current_wal_lsn(self.conn)
+            self._until(durable, failure, "the stream after the tables read again")
+        finally:
+            snapshots.stop()
+            stop.set()
+            thread.join(60)
+            sink.close()
+        assert not failure, failure
+        assert snapshots.error is None, snapshots.error
+        assert all(d["status"] == "complete" for d in snapshots.state.done), \
+            snapshots.state.done
+
+    def _until(self, condition: Any, failure: list[BaseException], what: str) -> None:
+        deadline = time.monotonic() + self.rig.timeout
+        while not condition():
+            assert not failure, f"pgcdc failed waiting for {what}: {failure[0]!r}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    def _capture_killed(self) -> None:
+        """``pgcdc run`` as a process, killed with -9 after a random while."""
+        rng = self.rig.kills
+        assert rng is not None
+        argv = [sys.executable, "-m", "pgcdc", "run", "--dsn", self.dsn, "--slot", self.slot,
+                "--sink", "kafka", "--bootstrap-servers", self.rig.kafka,
+                "--topic-prefix", self.prefix, "--progress-file",
+                str(self.home / "progress.json"), "--catalog-dir", str(self.home / "catalog"),
+                "--incremental-snapshots", "--incremental-state",
+                str(self.home / "incremental.json")]
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.3, 4.0))
+        if process.poll() is not None:
+            _, err = process.communicate()
+            msg = f"pgcdc run exited {process.returncode} before the kill:\n{err.decode()}"
+            raise AssertionError(msg)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+        self.rig.killed += 1
+
+    def apply(self) -> None:
+        """``pgcdc spark --available-now``, in this process's Spark session."""
+        config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
+                               topic_prefix=self.prefix, trigger_seconds=None)
+        job.start(self.rig.spark, config).awaitTermination()
+
+    def check(self) -> None:
+        """The lake holds exactly the source's tables, each equal to its source."""
+        self.capture()
+        self.apply()
+        config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
+                               topic_prefix=self.prefix)
+        tables = job.read_catalog(self.rig.spark, config).tables()
+        tables = [s for s in tables if s.schema == "public"]  # not pgcdc's own
+        listing = "\n".join(self.statements)
+        source = {str(r[0]): int(str(r[1])) for r in self.conn.execute(
+            "SELECT tablename::text, (xpath('/row/c/text()', query_to_xml(format("
+            "'SELECT count(*) AS c FROM %I.%I', schemaname, tablename), false, true, '')))[1]"
+            "::text::bigint FROM pg_publication_tables "
+            "WHERE pubname = 'pgcdc' AND schemaname = 'public'").fetchall()}
+        lake = {s.name for s in tables}
+        # a table no event ever reached has no lake table yet: it must be empty
+        assert lake <= set(source), \
+            f"the lake holds tables the source has not: {lake - set(source)}; program:\n{listing}"
+        assert all(source[name] == 0 for name in set(source) - lake), \
+            f"tables missing from the lake: {set(source) - lake}; program:\n{listing}"
+        folder = self.home / "lake"
+        held = sorted(p.name for p in folder.iterdir() if not p.name.startswith("_")
+                      and not p.name.endswith(AUXILIARY)) if folder.exists() else []
+        assert held == sorted(Path(table_path(self.lake, s)).name for s in tables), \
+            f"the lake holds {held}; program:\n{listing}"
+        with psycopg.connect(self.dsn) as conn:
+            results = compare(conn, self.rig.spark, self.lake, tables)
+        unequal = [r for r in results if not r.equal]
+        assert not unequal, f"lake differs from source: {unequal}; program:\n{listing}"
+        if os.environ.get("PGCDC_MODEL_VERBOSE"):
+            rows = ", ".join(f"{r.table} {r.source.rows} rows" for r in results)
+            print(f"\n-- program {self.slot}: equal ({rows})\n{listing}")
+
+
+class _NoSink:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")
+
+
+def _ident(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+class LakeModel(RuleBasedStateMachine):
+    """One program; :func:`machine` binds it to a :class:`Rig`."""
+
+    rig: Rig
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.program = Program(self.rig)
+        self.tables: dict[str, Table] = {}
+        self.serial = 0  # column names, row numbers, transaction ids
+
+    def _next(self) -> int:
+        self.serial += 1
+        return self.serial
+
+    def _pick(self, pick: int) -> Table:
+        return self.tables[sorted(self.tables)[pick % len(self.tables)]]
+
+    def _create(self, name: str, keyed: bool, kinds: list[str], rows: int = 0) -> None:
+        table = Table(name, keyed, {f"c{self._next()}": kind for kind in kinds})
+        columns = [sql.SQL("id int PRIMARY KEY" if keyed else "k int")]
+        columns += [sql.SQL("{} {}").format(_ident(c), sql.SQL(kind))
+                    for c, kind in table.columns.items()]
+        self.program.run(sql.SQL("CREATE TABLE {} ({})").format(_ident(name),
+                                                                  sql.SQL(", ").join(columns)))
+        if not keyed:
+            self.program.run(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL")
+                             .format(_ident(name)))
+        self.tables[name] = table
+        if rows:
+            self.program.run(self._rows(table, rows, 2))
+
+    def _rows(self, table: Table, count: int, copies: int = 1) -> sql.Composed:
+        first = self._next() * 1000
+        self.serial += count
+        names = [table.key, *table.columns]
+        values = ["g" if table.keyed else "g % 3"]
+        values += [TYPES[kind][0].format(g="g") for kind in table.columns.values()]
+        return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM generate_series({}, {}) g, "
+                       "generate_series(1, {}) n").format(
+            _ident(table.name), sql.SQL(", ").join(map(_ident, names)),
+            sql.SQL(", ").join(map(sql.SQL, values)), first, first + count - 1,
+            1 if table.keyed else copies)
+
+    def _one(self, table: Table, residue: int) -> sql.Composable:
+        """Rows of a keyed table by residue; exactly one row of a keyless one."""
+        if table.keyed:
+            return sql.SQL("{} % 3 = {}").format(_ident(table.key), residue)
+        return sql.SQL("ctid IN (SELECT ctid FROM {} WHERE k = {} LIMIT 1)").format(
+            _ident(table.name), residue)
+
+    # --- rules ----------------------------------------------------------------------------
+
+    @initialize(keyed=st.booleans(), kinds=st.lists(st.sampled_from(sorted(TYPES)),
+                                                    min_size=1, max_size=3),
+                rows=st.integers(0, 20))
+    def first_table(self, keyed: bool, kinds: list[str], rows: int) -> None:
+        self._create("t", keyed, kinds, rows)
+
+    @precondition(lambda self: len(self.tables) < len(NAMES))
+    @rule(name=st.sampled_from(NAMES), keyed=st.booleans(),
+          kinds=st.lists(st.sampled_from(sorted(TYPES)), max_size=3), rows=st.integers(0, 20))
+    def create_table(self, name: str, keyed: bool, kinds: list[str], rows: int) -> None:
+        if name not in self.tables:
+            self._create(name, keyed, kinds, rows)
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), count=st.integers(1, 30), copies=st.integers(1, 3))
+    def insert(self, pick: int, count: int, copies: int) -> None:
+        table = self._pick(pick)
+        self.program.run(self._rows(table, count, copies))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), residue=st.integers(0, 2))
+    def update(self, pick: int, residue: int) -> None:
+        table = self._pick(pick)
+        if table.columns:
+            column, kind = sorted(table.columns.items())[residue % len(table.columns)]
+            value = sql.SQL(TYPES[kind][0].format(g=f"{table.key} + {self._next()}"))
+        elif table.keyed:
+            return  # update_key changes keys
+        else:
+            column, value = table.key, sql.SQL("k + 3")
+        self.program.run(sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
+            _ident(table.name), _ident(column), value, self._one(table, residue)))
+
+    @precondition(lambda self: any(t.keyed for t in self.tables.values()))
+    @rule(pick=st.integers(0, 99), residue=st.integers(0, 2))
+    def update_key(self, pick: int, residue: int) -> None:
+        table = self._pick(pick)
+        if table.keyed:
+            self.program.run(sql.SQL("UPDATE {} SET id = -id WHERE id % 3 = {} AND id > 0")
+                             .format(_ident(table.name), residue))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), residue=st.integers(0, 2))
+    def delete(self, pick: int, residue: int) -> None:
+        table = self._pick(pick)
+        self.program.run(sql.SQL("DELETE FROM {} WHERE {}").format(
+            _ident(table.name), self._one(table, residue)))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), kind=st.sampled_from(sorted(TYPES)),
+          default=st.sampled_from(["none", "constant", "volatile"]))
+    def add_column(self, pick: int, kind: str, default: str) -> None:
+        table = self._pick(pick)
+        column = f"c{self._next()}"
+        clause = {"none": "", "constant": f" DEFAULT {TYPES[kind][1]}",
+                  "volatile": f" DEFAULT {TYPES[kind][2]}"}[default]
+        self.program.run(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+            _ident(table.name), _ident(column), sql.SQL(kind + clause)))
+        table.columns[column] = kind
+        self.program.run(self._rows(table, 3))
+
+    @precondition(lambda self: any(t.columns for t in self.tables.values()))
+    @rule(pick=st.integers(0, 99), which=st.integers(0, 9))
+    def drop_column(self, pick: int, which: int) -> None:
+        table = self._pick(pick)
+        if table.columns:
+            column = sorted(table.columns)[which % len(table.columns)]
+            self.program.run(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(
+                _ident(table.name), _ident(column)))
+            del table.columns[column]
+            self.program.run(self._rows(table, 3))
+
+    @precondition(lambda self: any(t.columns for t in self.tables.values()))
+    @rule(pick=st.integers(0, 99), which=st.integers(0, 9))
+    def rename_column(self, pick: int, which: int) -> None:
+        table = self._pick(pick)
+        if table.columns:
+            column = sorted(table.columns)[which % len(table.columns)]
+            new = f"c{self._next()}"
+            self.program.run(sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                _ident(table.name), _ident(column), _ident(new)))
+            table.columns[new] = table.columns.pop(column)
+            self.program.run(self._rows(table, 3))
+
+    @precondition(lambda self: any(t.columns for t in self.tables.values()))
+    @rule(pick=st.integers(0, 99), which=st.integers(0, 9))
+    def retype_column(self, pick: int, which: int) -> None:
+        """int -> bigint (USING a new value), anything else -> text (USING a cast)."""
+        table = self._pick(pick)
+        if not table.columns:
+            return
+        column = sorted(table.columns)[which % len(table.columns)]
+        kind = "bigint" if table.columns[column] == "int" else "text"
+        using = sql.SQL("{} * 10" if kind == "bigint" else "{}::text").format(_ident(column))
+        self.program.run(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}").format(
+            _ident(table.name), _ident(column), sql.SQL(kind), using))
+        table.columns[column] = kind
+        self.program.run(self._rows(table, 3))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99))
+    def truncate(self, pick: int) -> None:
+        self.program.run(sql.SQL("TRUNCATE {}").format(_ident(self._pick(pick).name)))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), again=st.booleans(), keyed=st.booleans(),
+          kinds=st.lists(st.sampled_from(sorted(TYPES)), max_size=2))
+    def drop_table(self, pick: int, again: bool, keyed: bool, kinds: list[str]) -> None:
+        """Dropped for good, or created again under its name (a new table)."""
+        table = self._pick(pick)
+        self.program.run(sql.SQL("DROP TABLE {}").format(_ident(table.name)))
+        del self.tables[table.name]
+        if again:
+            self._create(table.name, keyed, kinds, rows=5)
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), count=st.integers(1, 5))
+    def savepoint_rolled_back(self, pick: int, count: int) -> None:
+        """DDL and rows in a savepoint rolled back, rows before and after it kept."""
+        table = self._pick(pick)
+        column = f"c{self._next()}"
+        kept = self._rows(table, count)
+        lost = self._rows(table, count)
+        self.program.run(
+            "BEGIN", kept, "SAVEPOINT s",
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} int DEFAULT 5").format(
+                _ident(table.name), _ident(column)),
+            lost, sql.SQL("UPDATE {} SET {} = 6").format(_ident(table.name), _ident(column)),
+            "ROLLBACK TO SAVEPOINT s", self._rows(table, count), "COMMIT")
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99), count=st.integers(1, 5), commit=st.booleans(),
+          ddl=st.booleans())
+    def prepared(self, pick: int, count: int, commit: bool, ddl: bool) -> None:
+        """A prepared transaction (rows, and a column added), committed or rolled back."""
+        table = self._pick(pick)
+        gid = f"g{self._next()}"
+        column = f"c{self._next()}"
+        statements: list[sql.Composable | str] = ["BEGIN", self._rows(table, count)]
+        if ddl:
+            statements.append(sql.SQL("ALTER TABLE {} ADD COLUMN {} text").format(
+                _ident(table.name), _ident(column)))
+            statements.append(sql.SQL("UPDATE {} SET {} = 'p'").format(
+                _ident(table.name), _ident(column)))
+        statements += [f"PREPARE TRANSACTION '{gid}'",
+                       f"{'COMMIT' if commit else 'ROLLBACK'} PREPARED '{gid}'"]
+        self.program.run(*statements)
+        if commit and ddl:
+            table.columns[column] = "text"
+
+    @rule()
+    def capture(self) -> None:
+        self.program.capture()
+
+    @rule()
+    def apply(self) -> None:
+        self.program.apply()
+
+    def teardown(self) -> None:
+        try:
+            self.program.check()
+        finally:
+            self.program.close()
+
+
+def machine(rig: Rig) -> type[LakeModel]:
+    """The state machine bound to ``rig``."""
+    return type("BoundLakeModel", (LakeModel,), {"rig": rig})
