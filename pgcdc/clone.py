@@ -1,9 +1,11 @@
 """The consistent-clone oracle: does a lake table equal its source table?
 
 Both sides are read as canonical text, column by column, chosen by the
-column's PostgreSQL type (timestamps in UTC with microseconds, booleans as
-``true``/``false``, bytea as lowercase hex, everything else as PostgreSQL
-prints it), then compared as sorted rows.  The digest is a row count and a
+column's PostgreSQL type (a domain's: its base type's): dates and timestamps as
+days and microseconds since 1970 (UTC) or ``infinity``/``-infinity``, booleans as
+``true``/``false``, bytea as lowercase hex, everything else as PostgreSQL prints
+it.  Where the lake's typed column cannot hold a value (docs/types.md), the lake
+side reads PostgreSQL's text from ``_pgcdc_text``.  The digest is a row count and a
 SHA-256 over the sorted rows, so a single differing value changes it.
 """
 
@@ -57,16 +59,19 @@ _PAST_SPARK = {"timestamptz": "regexp_replace(to_char({0} AT TIME ZONE 'UTC', "
                               "'YYYY-MM-DD HH24:MI:SS.US'), '\\.?0+$', '') || '+00'",
                "timestamp": "regexp_replace(to_char({0}, 'YYYY-MM-DD HH24:MI:SS.US'), "
                             "'\\.?0+$', '')"}
+_INFINITIES = "WHEN {0} = 'infinity' THEN 'infinity' WHEN {0} = '-infinity' THEN '-infinity' "
 
 
 def _source_expr(column: ColumnSpec) -> sql.Composable:
     ident = sql.Identifier(column.name)
     pg_type = column.pg_type  # a domain's base type
-    if pg_type in _SPARK_MAX:
-        utc = " AT TIME ZONE 'UTC'" if pg_type == "timestamptz" else ""
-        return sql.SQL("CASE WHEN {0} > " + _SPARK_MAX[pg_type] + " THEN "
-                       + _PAST_SPARK[pg_type] + " ELSE to_char({0}" + utc
-                       + ", 'YYYY-MM-DD HH24:MI:SS.US') END").format(ident)
+    if pg_type in _SPARK_MAX:  # microseconds since 1970 (UTC), or the text the lake keeps
+        return sql.SQL("CASE " + _INFINITIES + "WHEN {0} > " + _SPARK_MAX[pg_type] + " THEN "
+                       + _PAST_SPARK[pg_type] + " ELSE (extract(epoch FROM {0}) * 1000000)"
+                       "::numeric(30, 0)::text END").format(ident)
+    if pg_type == "date":  # days since 1970
+        return sql.SQL("CASE " + _INFINITIES + "ELSE ({0} - date '1970-01-01')::text END"
+                       ).format(ident)
     if pg_type == "bool":
         return sql.SQL("CASE WHEN {0} THEN 'true' WHEN NOT {0} THEN 'false' END").format(ident)
     if pg_type == "bytea":
@@ -76,12 +81,20 @@ def _source_expr(column: ColumnSpec) -> sql.Composable:
 
 
 def _lake_expr(column: ColumnSpec) -> str:
-    """The lake's canonical text of a column: its typed value's, or where that is NULL,
-    PostgreSQL's text kept in ``_pgcdc_text``."""
+    """The lake's canonical text of a column: its typed value's (dates and timestamps as
+    days and microseconds since 1970, whatever their year or era; PostgreSQL's infinities
+    are Spark's extremes), or where that is NULL, PostgreSQL's text kept in ``_pgcdc_text``."""
     name = quote(column.name)
     spark_type = column.spark_type
     if spark_type in ("timestamp", "timestamp_ntz"):
-        typed = f"date_format({name}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
+        micros = f"unix_micros(CAST({name} AS TIMESTAMP))"  # the session is in UTC
+        typed = (f"CASE WHEN {micros} = 9223372036854775807 THEN 'infinity' "
+                 f"WHEN {micros} = -9223372036854775808 THEN '-infinity' "
+                 f"ELSE CAST({micros} AS STRING) END")
+    elif spark_type == "date":
+        typed = (f"CASE WHEN {name} = date_from_unix_date(2147483647) THEN 'infinity' "
+                 f"WHEN {name} = date_from_unix_date(-2147483648) THEN '-infinity' "
+                 f"ELSE CAST(unix_date({name}) AS STRING) END")
     elif spark_type == "binary":
         typed = f"lower(hex({name}))"
     else:
