@@ -66,8 +66,10 @@ from streaming.apply import (
     _literal,
     _position,
     _record_truncate,
+    _sql_value,
     _text_map,
     _value,
+    key_range,
     shape,
     table_path,
 )
@@ -171,8 +173,9 @@ class MultisetError(Exception):
 
 # --- the same on Spark ---------------------------------------------------------------
 
-# per lake path, the watermark this driver read or wrote (pgcdc is the only writer)
-_APPLIED: dict[str, Position | None] = {}
+# per lake path and table OID (a table dropped and created again under its name is another
+# table there), the watermark this driver read or wrote (pgcdc is the only writer)
+_APPLIED: dict[tuple[str, int], Position | None] = {}
 
 
 def _parse(raw: str | None) -> Position | None:
@@ -258,7 +261,8 @@ def _null_safe(left: Any, right: Any, names: list[str]) -> Any:
                   F.lit(True))
 
 
-def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
+def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
+                  bounds: tuple[str, str, str] | None = None) -> Any:
     """Rows to delete (``_kind`` 'd': one occurrence, or with ``_whole`` every row of the
     content) and to insert ('i'), from the batch's events ``rows`` (in the shape of
     :func:`_signed_images`, already left out what the watermark and a truncate cover):
@@ -274,7 +278,7 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
     changes = plus.unionByName(minus).groupBy(*contents).agg(
         F.sum("_sign").alias("_change"),
         F.max(F.struct(COMMIT_LSN, ORDINAL)).alias("_at")).where("_change != 0")
-    stored = spark.read.format("delta").load(path).selectExpr(
+    stored = spark.read.format("delta").load(path).where(key_range(bounds) or "true").selectExpr(
         *[f"{lake} AS {name}" for name, lake, _ in _contents(spec)],
         f"{OCCURRENCE} AS _occurrence")
     counted = stored.join(changes.select(*contents), _null_safe(stored, changes, contents),
@@ -315,10 +319,12 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec) -> Any:
     return delete_one.unionByName(delete_all).unionByName(insert)
 
 
-def _merge(target: Any, source: Any, spec: TableSpec) -> Any:
+def _merge(target: Any, source: Any, spec: TableSpec,
+           bounds: tuple[str, str, str] | None = None) -> Any:
     """Delete the planned occurrences, insert the missing ones: one MERGE."""
     same = [f"t.{lake} <=> s.{name}" for name, lake, _ in _contents(spec)]
-    on = " AND ".join([*same, "s._kind = 'd'",
+    in_range = key_range(bounds, "t")  # a target-only condition: data skipping
+    on = " AND ".join([*same, *([in_range] if in_range else []), "s._kind = 'd'",
                        f"(s._whole OR t.{OCCURRENCE} = s._occurrence)"])
     values = {quote(c.name): f"s.{_content(i)}" for i, c in enumerate(spec.columns)}
     values.update({COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}",
@@ -327,6 +333,34 @@ def _merge(target: Any, source: Any, spec: TableSpec) -> Any:
                                     if name.startswith("_u")])})
     return target.alias("t").merge(source.alias("s"), on).whenMatchedDelete()\
         .whenNotMatchedInsert(condition="s._kind = 'i'", values=values)
+
+
+# (not dates: a BC date has no Python value to collect)
+_RANGE_TYPES = ("smallint", "int", "bigint", "string")
+
+
+def _range_stats(spec: TableSpec) -> list[str]:
+    """The least and greatest value of the first column among the batch's images, and how
+    many of them are NULL, if its type has simple literals (as the keyed path's range)."""
+    if not spec.columns or not (spec.columns[0].spark_type in _RANGE_TYPES
+                                or spec.columns[0].spark_type.startswith("decimal")):
+        return []
+    old, new = "CASE WHEN _op IN ('u', 'd') THEN _before._c0 END", \
+        "CASE WHEN _op IN ('c', 'r', 'u') THEN _after._c0 END"
+    return [f"min(least({old}, {new})) AS lo", f"max(greatest({old}, {new})) AS hi",
+            "count_if(_op IN ('u', 'd') AND _before._c0 IS NULL "
+            "OR _op IN ('c', 'r', 'u') AND _after._c0 IS NULL) AS nulls"]
+
+
+def _bounds(spec: TableSpec, found: Any) -> tuple[str, str, str] | None:
+    """The range of the first column that every content the batch changes lies in: a
+    target-only condition lets Delta skip every file outside it (none if a value is NULL,
+    which a range never matches)."""
+    if "lo" not in found.asDict() or found["lo"] is None or found["nulls"]:
+        return None
+    column = spec.columns[0]
+    return (column.name, _sql_value(found["lo"], column.spark_type),
+            _sql_value(found["hi"], column.spark_type))
 
 
 def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
@@ -338,10 +372,10 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                                                  else idempotence[1])
     path = table_path(lake, spec)
     with step("table"):
-        if path not in _APPLIED:
-            _APPLIED[path] = _stored_watermark(spark, path)  # before the column is added
+        if (path, spec.oid) not in _APPLIED:  # read before the column is added
+            _APPLIED[path, spec.oid] = _stored_watermark(spark, path)
         target = evolve(spark, path, spec, META_COLUMNS, versions)
-    applied = _APPLIED[path]
+    applied = _APPLIED[path, spec.oid]
     truncated = _parse(cached_property(spark, path, TRUNCATED_PROPERTY))
     floor = max((p for p in (applied, truncated) if p is not None), default=None)
     rows = _signed_images(events, spec, versions)
@@ -356,7 +390,8 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 f"max(CASE WHEN _op != 'r' THEN struct({COMMIT_LSN}, {ORDINAL}) END) AS newest",
                 "count_if(_blind) AS blind", "count_if(_op != 't') AS changes",
                 f"min(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_from",
-                f"max(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_to").collect()[0]
+                f"max(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_to",
+                *_range_stats(spec)).collect()[0]
         if found["blind"]:
             msg = (f"{found['blind']} update(s) or delete(s) of the keyless table "
                    f"{spec.qualified_name} without the old row: which of identical rows "
@@ -376,9 +411,10 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 rows.where("_op = 'r'").join(held, [COMMIT_LSN, ORDINAL], "left_anti"))
         affected = 0
         if found["changes"]:
-            source = _merge_source(spark, path, rows, spec)
+            bounds = _bounds(spec, found)
+            source = _merge_source(spark, path, rows, spec, bounds)
             with step("merge"), _idempotent_write(spark, idempotence):
-                metrics = _merge(target, source, spec).execute().collect()
+                metrics = _merge(target, source, spec, bounds).execute().collect()
             if metrics:
                 affected = int(metrics[0]["num_affected_rows"])
         newest = None if found["newest"] is None else (int(found["newest"][0]),
@@ -386,7 +422,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         if newest is not None and (applied is None or newest > applied):
             spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
                       f"('{APPLIED_PROPERTY}' = '{newest[0]}/{newest[1]}')")
-            _APPLIED[path] = newest
+            _APPLIED[path, spec.oid] = newest
         if changelog:
             with step("changelog"):
                 _append_changelog(shape(events, spec, versions), path, idempotence)
