@@ -444,9 +444,7 @@ class Pipeline:
         if self._preparing is not None and not isinstance(message, pg.Prepare):
             self._preparing.add(self._preparing.xid, frame.wal_start, payload)
             if isinstance(message, pg.Relation | pg.Type):
-                # pgoutput counts a schema sent inside a prepared transaction as sent for
-                # every later transaction, so it describes the table from here on.
-                self._on_meta(message, frame.wal_start)
+                self._on_prepared_schema(message, frame.wal_start)
             return
         if isinstance(message, pg.Begin):
             self._txn = _OpenTransaction(message.xid, message.final_lsn, message.commit_time)
@@ -459,6 +457,16 @@ class Pipeline:
             self._on_two_phase(message)
         else:
             self._on_meta(message, frame.wal_start)
+
+    def _on_prepared_schema(self, message: pg.Message, lsn: int) -> None:
+        """A Relation or Type inside a prepared transaction, at its PREPARE: pgoutput counts
+        a schema sent there as sent for every later transaction, so it describes the table
+        from here on; a table the transaction's own DDL changed stays as the catalog has it
+        until COMMIT PREPARED replays the transaction (SnapshotBuilder.on_relation)."""
+        if isinstance(message, pg.Relation):
+            self._describe(self.builder.on_relation(message, prepared=True), lsn)
+        else:
+            self._on_meta(message, lsn)
 
     def _on_meta(self, message: pg.Message, lsn: int) -> None:
         """Relation, Type, Truncate, Origin and logical messages, streamed or not."""
@@ -526,7 +534,7 @@ class Pipeline:
                 self.pending.prepared[message.gid] = (streamed, message.prepare_lsn)
                 for lsn, payload in streamed.replay():  # the schemas count as sent now
                     if payload[0] in _SCHEMA_TAGS:
-                        self._on_meta(pg.parse(payload, streaming=True), lsn)
+                        self._on_prepared_schema(pg.parse(payload, streaming=True), lsn)
         elif isinstance(message, pg.CommitPrepared):
             entry = self.pending.prepared.pop(message.gid, None)
             self._replay(entry[0] if entry else None, message.xid, message.commit_lsn,

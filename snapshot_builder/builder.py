@@ -308,14 +308,23 @@ class SnapshotBuilder:
     def on_type(self, message: Type) -> None:
         self.relations.observe_type(message)
 
-    def on_relation(self, message: Relation, *, xid: int | None = None) -> TableVersion:
-        """The table version a Relation message announces, checked against captured DDL."""
+    def on_relation(self, message: Relation, *, xid: int | None = None,
+                    prepared: bool = False) -> TableVersion:
+        """The table version a Relation message announces, checked against captured DDL.
+
+        ``prepared``: a Relation inside a prepared transaction, at its PREPARE.  The
+        transaction's own DDL comes with it at COMMIT PREPARED (and the Relation again,
+        checked then), so a table it changed is as the catalog has it until then."""
         described, _ = self.relations.observe(message)
         captured = self._overlay.get(message.oid) if message.oid in self._overlay \
             else self.catalog.table(message.oid)
         if captured is None:
             return described
         if not captured.same_layout(described):
+            if prepared:
+                log.debug("a prepared transaction describes %s with its own DDL: the "
+                          "catalog's definition until it commits", described.qualified_name)
+                return captured
             if self.state is BuilderState.FULL_SNAPSHOT and xid in self.running_at_attach:
                 log.warning("transaction %s started before pgcdc attached; decoding %s with "
                             "the definition the stream gives", xid, described.qualified_name)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from decoder.pgoutput import Relation, RelationColumn
 from pgcdc.status import catalog_report
 from snapshot_builder.builder import (
     BuilderState,
@@ -335,3 +336,21 @@ def test_part_of_a_transaction_below_later_versions_is_no_crash(tmp_path: Path) 
     with pytest.raises(CatalogMismatchError, match="make a different catalog"):
         restarted.commit(100, 0)
     assert restarted.history.latest.version == 2
+
+
+def _relation(oid: int, ncols: int) -> Relation:
+    return Relation(None, oid, "public", f"t{oid}", "d", tuple(
+        RelationColumn(1 if i == 0 else 0, f"c{i}", 23, -1) for i in range(ncols)))
+
+
+def test_a_relation_inside_a_prepared_transaction_waits_for_its_commit() -> None:
+    """At PREPARE, a prepared transaction's Relation may show its own DDL, which comes with
+    it at COMMIT PREPARED: the catalog's definition until then, no mismatch; outside a
+    prepared transaction the same Relation is DDL without the trigger."""
+    builder = SnapshotBuilder()
+    builder.start_consistent([PutTable(_table(1, 1))], 10)
+    assert builder.on_relation(_relation(1, 2), prepared=True) == _table(1, 1)
+    with pytest.raises(CatalogMismatchError, match="without the pgcdc event trigger"):
+        builder.on_relation(_relation(1, 2))
+    builder.on_ddl(_put(1, 2))  # COMMIT PREPARED replays the transaction: its DDL, then
+    assert builder.on_relation(_relation(1, 2)) == _table(1, 2)  # its Relation again
