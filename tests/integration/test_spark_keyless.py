@@ -17,7 +17,7 @@ from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
 from snapshot_builder.initial_load import InitialLoad, LoadConfig
-from streaming import job
+from streaming import evolution, job, multiset
 from streaming.apply import apply_batch, parse_envelopes
 from streaming.multiset import APPLIED_PROPERTY, OCCURRENCE
 
@@ -108,6 +108,15 @@ def test_keyless_full_table_keeps_duplicates(
 
     check("three identical rows")
     assert spark.read.format("delta").load(f"{lake}/public.k").count() == 12
+    # k as a lake table written before occurrences were (the keyed path's): no occurrence
+    # column, no watermark; the next batch goes on from its rows' newest position
+    table = f"delta.`{lake}/public.k`"
+    assert sorted(r[0] for r in spark.read.format("delta").load(f"{lake}/public.k")
+                  .where("a = 1").select(OCCURRENCE).collect()) == [1, 2, 3]
+    spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('{APPLIED_PROPERTY}')")
+    spark.sql(f"ALTER TABLE {table} DROP COLUMN {OCCURRENCE}")
+    multiset._APPLIED.clear()  # a new driver
+    evolution.forget(f"{lake}/public.k")
 
     # one of three deleted, one of two updated (to NULLs, and to an existing content), one
     # of the TOASTed rows updated with its big value unchanged, more duplicates inserted
@@ -147,8 +156,9 @@ def test_keyless_full_table_keeps_duplicates(
         row = conn.execute("SELECT count(*) FROM k WHERE a = 1").fetchone()
     assert row is not None and row[0] == 3  # 3 - 1 deleted - 1 updated + 2 inserted
     stored = spark.read.format("delta").load(f"{lake}/public.k")
-    assert OCCURRENCE in stored.columns
-    assert sorted(r[0] for r in stored.where("a = 1").select(OCCURRENCE).collect()) == [1, 2, 3]
+    # rows from before occurrences: a changed content is numbered anew, the others stay
+    assert sorted(r[0] for r in stored.where("a = 2").select(OCCURRENCE).collect()) == [1, 1]
+    assert [r[0] for r in stored.where("a = 1").select(OCCURRENCE).collect()] == [None] * 3
 
     # a truncate, then rows again, over two more batches
     pg_conn.execute("UPDATE k SET b = 'doomed' WHERE ctid = (SELECT ctid FROM k LIMIT 1)")
