@@ -608,7 +608,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     shape the catalog gives it; the tables of the batch are applied one life after the
     other (streaming/ownership.py): a table the history shows dropped is retired (dropped,
     or moved aside with ``archive``) once its events are applied, before a table created
-    under its name takes the location.
+    under its name takes the location; a renamed table's lake table moves to its new name's
+    location first (and after the batch, for renamed tables without events).
     ``touched``: if given, the location of every table the batch wrote is added to it.
     """
     step = steps if steps is not None else Steps(spark, batch_id)
@@ -637,7 +638,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
             found = summary[oid]
             spec = resolved.latest(oid)
             path = table_path(lake, spec)
-            with step("table"):
+            with step("table"):  # a renamed table's lake table first moves to its name
+                ownership.follow(spark, oid, resolved, table_path, lake=lake, archive=archive)
                 if not ownership.take(spark, path, oid, spec.qualified_name, resolved,
                                       lake=lake, archive=archive):
                     continue
@@ -652,6 +654,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                     ownership.retire(spark, path, oid, lake=lake, archive=archive)
         with step("drop"):
             ownership.retire_dropped(spark, resolved, table_path, lake=lake, archive=archive)
+        with step("rename"):  # renamed tables without events in the batch
+            ownership.follow_renamed(spark, resolved, table_path, lake=lake, archive=archive)
         return applied
     finally:
         if events is not None:
