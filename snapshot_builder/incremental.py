@@ -304,11 +304,15 @@ class IncrementalSnapshots:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def request(self, tables: list[str]) -> None:
+    def request(self, tables: list[str], *, again: bool = False) -> None:
         """Queue tables (``schema.table``, quoted where needed) as if signalled; those already
-        queued are left as they are."""
+        queued are left as they are.
+
+        ``again``: their rows changed since any read began (a DDL rewrote them), so a table
+        being read now (the first job, maybe halfway) is queued once more, to be read whole
+        after; one still waiting its turn reads the new rows anyway."""
         with self._lock:
-            queued = {j.table for j in self.state.jobs}
+            queued = {j.table for j in (self.state.jobs[1:] if again else self.state.jobs)}
             self.state.jobs.extend(Job(t) for t in tables if t not in queued)
             self.store.save(self.state)
 

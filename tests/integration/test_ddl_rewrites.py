@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from decoder.slot import current_wal_lsn
-from pgcdc.clone import compare
+from pgcdc.clone import compare, lake_rows, source_rows
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
 from snapshot_builder.incremental import IncrementalSnapshots
@@ -83,9 +83,18 @@ def _apply(spark: Any, servers: str, prefix: str, tmp_path: Path) -> str:
 
 def _lake_equals_source(spark: Any, pg_dsn: str, servers: str, prefix: str, lake: str,
                         tmp_path: Path) -> list[Any]:
+    """The comparison of every table; the rows that differ are in the assertion's message."""
     config = job.JobConfig(servers, lake, (tmp_path / "cp").as_uri(), topic_prefix=prefix)
+    specs = job.read_catalog(spark, config).tables()
     with psycopg.connect(pg_dsn) as conn:
-        return compare(conn, spark, lake, job.read_catalog(spark, config).tables())
+        results = compare(conn, spark, lake, specs)
+        for spec, result in zip(specs, results, strict=True):
+            if not result.equal:
+                source, lake_ = set(source_rows(conn, spec)), set(lake_rows(spark, lake, spec))
+                only = sorted(map(str, source - lake_))[:5], sorted(map(str, lake_ - source))[:5]
+                raise AssertionError(f"{result}: only in the source {only[0]}, only in the "
+                                     f"lake {only[1]}")
+    return results
 
 
 def test_defaults_and_rewrites_reach_the_lake(pg_conn: Conn, pg_dsn: str, kafka_servers: str,

@@ -76,3 +76,19 @@ def test_a_table_outside_the_publication_is_left_alone() -> None:
     builder.on_ddl(json.dumps({"op": "put", "table": added.to_dict(),
                                "publications": {"pub": ["id", "c"]}}).encode())
     assert builder.rewritten == {1: "column(s) c added with a default"}
+
+
+def test_a_table_rewritten_while_it_is_read_is_read_again_after() -> None:
+    from snapshot_builder.incremental import IncrementalSnapshots
+    from tests.recording_sink import RecordingSink
+
+    snapshots = IncrementalSnapshots("dbname=none", RecordingSink())  # never started
+    snapshots.request(['"public"."t"', '"public"."u"'])
+    snapshots.request(['"public"."t"'])  # a plain request of a queued table: nothing new
+    assert [j.table for j in snapshots.state.jobs] == ['"public"."t"', '"public"."u"']
+    # t is being read (the first job, maybe halfway through) when a DDL rewrites it
+    snapshots.request(['"public"."t"', '"public"."u"'], again=True)
+    assert [j.table for j in snapshots.state.jobs] == ['"public"."t"', '"public"."u"',
+                                                       '"public"."t"']
+    snapshots.request(['"public"."t"'], again=True)  # already waiting its turn
+    assert len(snapshots.state.jobs) == 3
