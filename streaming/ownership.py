@@ -273,7 +273,7 @@ def follow_renamed(spark: Any, catalog: LakeCatalog,
                    table_path: Callable[[str, TableSpec], str], *, lake: str,
                    archive: bool = False) -> list[str]:
     """:func:`follow` every renamed table the catalog holds (events in the batch or not);
-    returns the locations of those not at their place before."""
+    returns the locations of those it looked for (not known to be at their place)."""
     moved = []
     for spec in catalog.tables():
         path = table_path(lake, spec)
