@@ -53,7 +53,6 @@ content and changes nothing.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -86,6 +85,7 @@ log = logging.getLogger(__name__)
 
 OCCURRENCE = "_pgcdc_occurrence"
 APPLIED_PROPERTY = "pgcdc.appliedThrough"  # "<commit_lsn>/<ordinal>" of the newest change
+LOADED_PROPERTY = "pgcdc.loadedAt"  # the commit LSN of the initial load's reads
 META_COLUMNS = (COMMIT_LSN, ORDINAL, OCCURRENCE)
 
 Position = tuple[int, int]
@@ -113,14 +113,39 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Count:
+    """What a batch does to one content's count: ``stored -> max(stored + add, least)``.
+    Every step has this form (+1; -1 never below 0; a read that is not a load's, "at least
+    one") and so has any sequence of them, folded in position order."""
+
+    add: int = 0
+    least: int = 0
+
+    def then(self, step: int) -> Count:
+        if step == 1:
+            return Count(self.add + 1, self.least + 1)
+        if step == -1:
+            return Count(self.add - 1, max(self.least - 1, 0))
+        return Count(self.add, max(self.least, 1))  # ENSURE
+
+    def of(self, stored: int) -> int:
+        return max(stored + self.add, self.least)
+
+
+ENSURE = 0  # the step of a read outside the initial load: the row is there, at least once
+
+
+@dataclass(frozen=True)
 class NetChanges:
     truncate: Position | None  # the newest truncate applied: older rows go first
-    counts: dict[Row, int]  # the change of each content's count (zeros left out)
+    counts: dict[Row, Count]  # per content changed (identities left out)
     applied: Position | None  # the new watermark
+    loaded: int | None  # the commit LSN of the initial load's reads
 
 
-def images(event: Event) -> list[tuple[Row, int]]:
-    """The signed images of one event: (+1, after) for c, r, u; (-1, before) for u, d."""
+def images(event: Event, *, loaded: int | None = None) -> list[tuple[Row, int]]:
+    """The steps of one event: (after, +1) for c and u, (before, -1) for u and d; a read is
+    +1 if it is the initial load's (at ``loaded``), else :data:`ENSURE`."""
     out: list[tuple[Row, int]] = []
     if event.op in ("u", "d"):
         if event.before is None:
@@ -133,34 +158,42 @@ def images(event: Event) -> list[tuple[Row, int]]:
         if event.unchanged and event.before is not None:
             after = tuple(event.before[i] if i in event.unchanged else v
                           for i, v in enumerate(after))
-        out.append((after, 1))
+        out.append((after, ENSURE if event.op == "r" and event.position[0] != loaded else 1))
     return out
 
 
 def net_changes(events: Iterable[Event], applied: Position | None,
-                truncated: Position | None = None) -> NetChanges:
-    """What one batch changes, given the table's watermark and newest truncate."""
+                truncated: Position | None = None, loaded: int | None = None) -> NetChanges:
+    """What one batch changes, given the table's watermark, newest truncate and load.
+
+    The initial load's reads all carry its LSN and precede every change: the first reads of
+    a table that no change precedes are the load's."""
     floor = max((p for p in (applied, truncated) if p is not None), default=None)
     unique = {e.position: e for e in events}  # an event sent twice within the batch
-    fresh = [e for e in unique.values() if floor is None or e.position > floor]
+    fresh = sorted((e for e in unique.values() if floor is None or e.position > floor),
+                   key=lambda e: e.position)
     truncate = max((e.position for e in fresh if e.op == "t"), default=None)
-    counts: Counter[Row] = Counter()
+    first_read = min((e.position for e in fresh if e.op == "r"), default=None)
+    first_change = min((e.position for e in fresh if e.op != "r"), default=None)
+    if loaded is None and applied is None and first_read is not None and (
+            first_change is None or first_read < first_change):
+        loaded = first_read[0]
+    counts: dict[Row, Count] = {}
     for event in fresh:
         if truncate is None or event.position > truncate:
-            for row, sign in images(event):
-                counts[row] += sign
+            for row, step in images(event, loaded=loaded):
+                counts[row] = counts.get(row, Count()).then(step)
     newest = max((e.position for e in fresh if e.op != "r"), default=None)
-    return NetChanges(truncate, {r: n for r, n in counts.items() if n != 0},
+    return NetChanges(truncate, {r: c for r, c in counts.items() if c != Count()},
                       applied if newest is None or (applied is not None and applied > newest)
-                      else newest)
+                      else newest, loaded)
 
 
 def occurrence_plan(stored: Sequence[int | None],
-                    change: int) -> tuple[list[int | None], list[int]]:
+                    wanted: int) -> tuple[list[int | None], list[int]]:
     """The occurrences of one content to delete (``[None]``: every stored row) and to insert,
-    for stored occurrences ``stored`` and a change of the count by ``change``."""
+    for stored occurrences ``stored`` and ``wanted`` rows."""
     count = len(stored)
-    wanted = max(0, count + change)
     clean = sorted(o for o in stored if o is not None) == list(range(1, count + 1))
     if not clean:
         return [None], list(range(1, wanted + 1))
@@ -174,8 +207,8 @@ class MultisetError(Exception):
 # --- the same on Spark ---------------------------------------------------------------
 
 # per lake path and table OID (a table dropped and created again under its name is another
-# table there), the watermark this driver read or wrote (pgcdc is the only writer)
-_APPLIED: dict[tuple[str, int], Position | None] = {}
+# table there), the watermark and load LSN this driver read or wrote (the only writer)
+_APPLIED: dict[tuple[str, int], tuple[Position | None, int | None]] = {}
 
 
 def _parse(raw: str | None) -> Position | None:
@@ -185,21 +218,23 @@ def _parse(raw: str | None) -> Position | None:
     return int(lsn), int(ordinal)
 
 
-def _stored_watermark(spark: Any, path: str) -> Position | None:
-    """The table's watermark; for a table written before this module (no occurrence
-    column), the newest position among its rows, which the keyed path wrote."""
+def _stored_watermark(spark: Any, path: str) -> tuple[Position | None, int | None]:
+    """The table's watermark and load LSN; for a table written before this module (no
+    occurrence column), the newest position among its rows, which the keyed path wrote."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    applied = _parse(table_properties(spark, path).get(APPLIED_PROPERTY))
-    if applied is not None:
-        return applied
+        return None, None
+    properties = table_properties(spark, path)
+    applied = _parse(properties.get(APPLIED_PROPERTY))
+    loaded = properties.get(LOADED_PROPERTY)
+    if applied is not None or loaded is not None:
+        return applied, None if loaded is None else int(loaded)
     frame = spark.read.format("delta").load(path)
     if OCCURRENCE in frame.columns:
-        return None
+        return None, None
     newest = frame.selectExpr(f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p").collect()[0]["p"]
-    return None if newest is None else (int(newest[0]), int(newest[1]))
+    return None if newest is None else (int(newest[0]), int(newest[1])), None
 
 
 def _content(i: int) -> str:
@@ -262,7 +297,7 @@ def _null_safe(left: Any, right: Any, names: list[str]) -> Any:
 
 
 def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
-                  bounds: tuple[str, str, str] | None = None) -> Any:
+                  bounds: tuple[str, str, str] | None = None, loaded: int | None = None) -> Any:
     """Rows to delete (``_kind`` 'd': one occurrence, or with ``_whole`` every row of the
     content) and to insert ('i'), from the batch's events ``rows`` (in the shape of
     :func:`_signed_images`, already left out what the watermark and a truncate cover):
@@ -271,13 +306,24 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
     from pyspark.sql import functions as F
 
     contents = [name for name, _, _ in _contents(spec)]
-    plus = rows.where("_op IN ('c', 'r', 'u')").select(
-        "_after.*", F.lit(1).alias("_sign"), COMMIT_LSN, ORDINAL)
-    minus = rows.where("_op IN ('u', 'd')").select(
-        "_before.*", F.lit(-1).alias("_sign"), COMMIT_LSN, ORDINAL)
+    load = "false" if loaded is None else f"{COMMIT_LSN} = {loaded}"
+    plus = rows.where("_op IN ('c', 'r', 'u')").selectExpr(
+        "_after.*", f"CASE WHEN _op = 'r' AND NOT ({load}) THEN {ENSURE} ELSE 1 END AS _step",
+        "1 AS _side", COMMIT_LSN, ORDINAL)
+    minus = rows.where("_op IN ('u', 'd')").selectExpr(
+        "_before.*", "-1 AS _step", "0 AS _side", COMMIT_LSN, ORDINAL)
+    # Count.then folded in position order (an update's old row before its new one)
+    zero = "CAST(0 AS BIGINT)"
+    fold = (f"aggregate(array_sort(collect_list(struct({COMMIT_LSN}, {ORDINAL}, _side, "
+            f"_step))), named_struct('add', {zero}, 'least', {zero}), (acc, e) -> "
+            "CASE WHEN e._step = 1 THEN named_struct('add', acc.add + 1, 'least', acc.least + 1)"
+            " WHEN e._step = -1 THEN named_struct('add', acc.add - 1, "
+            f"'least', greatest(acc.least - 1, {zero})) "
+            f"ELSE named_struct('add', acc.add, 'least', greatest(acc.least, {zero} + 1)) END)")
     changes = plus.unionByName(minus).groupBy(*contents).agg(
-        F.sum("_sign").alias("_change"),
-        F.max(F.struct(COMMIT_LSN, ORDINAL)).alias("_at")).where("_change != 0")
+        F.expr(fold).alias("_fold"),
+        F.max(F.struct(COMMIT_LSN, ORDINAL)).alias("_at")).where(
+        "_fold.add != 0 OR _fold.least != 0")
     stored = spark.read.format("delta").load(path).where(key_range(bounds) or "true").selectExpr(
         *[f"{lake} AS {name}" for name, lake, _ in _contents(spec)],
         f"{OCCURRENCE} AS _occurrence")
@@ -290,7 +336,7 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
     plan = c.join(s, _null_safe(c, s, contents), "left").select(
         *[F.col(f"c.{n}") for n in contents], "c._at",
         F.coalesce(F.col("s._count"), F.lit(0)).alias("_count"),
-        F.expr("greatest(0, coalesce(s._count, 0) + c._change)").alias("_wanted"),
+        F.expr("greatest(coalesce(s._count, 0) + c._fold.add, c._fold.least)").alias("_wanted"),
         F.expr("coalesce(s._count, 0) = 0 OR (s._numbered = s._count AND "
                "s._distinct = s._count AND s._lo = 1 AND s._hi = s._count)").alias("_clean"))
     at = [f"_at.{COMMIT_LSN} AS {COMMIT_LSN}", f"_at.{ORDINAL} AS {ORDINAL}"]
@@ -375,7 +421,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         if (path, spec.oid) not in _APPLIED:  # read before the column is added
             _APPLIED[path, spec.oid] = _stored_watermark(spark, path)
         target = evolve(spark, path, spec, META_COLUMNS, versions)
-    applied = _APPLIED[path, spec.oid]
+    applied, loaded = _APPLIED[path, spec.oid]
     truncated = _parse(cached_property(spark, path, TRUNCATED_PROPERTY))
     floor = max((p for p in (applied, truncated) if p is not None), default=None)
     rows = _signed_images(events, spec, versions)
@@ -391,6 +437,8 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 "count_if(_blind) AS blind", "count_if(_op != 't') AS changes",
                 f"min(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_from",
                 f"max(CASE WHEN _op = 'r' THEN {COMMIT_LSN} END) AS reads_to",
+                f"min(CASE WHEN _op = 'r' THEN struct({COMMIT_LSN}, {ORDINAL}) END) AS read",
+                f"min(CASE WHEN _op != 'r' THEN struct({COMMIT_LSN}, {ORDINAL}) END) AS change",
                 *_range_stats(spec)).collect()[0]
         if found["blind"]:
             msg = (f"{found['blind']} update(s) or delete(s) of the keyless table "
@@ -409,20 +457,32 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 .select(COMMIT_LSN, ORDINAL)
             rows = rows.where("_op != 'r'").unionByName(
                 rows.where("_op = 'r'").join(held, [COMMIT_LSN, ORDINAL], "left_anti"))
+        # the first reads of a table that no change precedes are the initial load's
+        newly_loaded = loaded is None and applied is None and found["read"] is not None and (
+            found["change"] is None or tuple(found["read"]) < tuple(found["change"]))
+        if newly_loaded:
+            loaded = int(found["read"][0])
         affected = 0
         if found["changes"]:
             bounds = _bounds(spec, found)
-            source = _merge_source(spark, path, rows, spec, bounds)
+            source = _merge_source(spark, path, rows, spec, bounds, loaded)
             with step("merge"), _idempotent_write(spark, idempotence):
                 metrics = _merge(target, source, spec, bounds).execute().collect()
             if metrics:
                 affected = int(metrics[0]["num_affected_rows"])
         newest = None if found["newest"] is None else (int(found["newest"][0]),
                                                        int(found["newest"][1]))
-        if newest is not None and (applied is None or newest > applied):
+        advanced = newest is not None and (applied is None or newest > applied)
+        if advanced or newly_loaded:
+            if advanced:
+                assert newest is not None
+                applied = newest
+            properties = ([f"'{APPLIED_PROPERTY}' = '{applied[0]}/{applied[1]}'"]
+                          if applied is not None else []) + (
+                [f"'{LOADED_PROPERTY}' = '{loaded}'"] if loaded is not None else [])
             spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
-                      f"('{APPLIED_PROPERTY}' = '{newest[0]}/{newest[1]}')")
-            _APPLIED[path, spec.oid] = newest
+                      f"({', '.join(properties)})")
+            _APPLIED[path, spec.oid] = (applied, loaded)
         if changelog:
             with step("changelog"):
                 _append_changelog(shape(events, spec, versions), path, idempotence)

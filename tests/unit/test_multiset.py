@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming.multiset import (
+    ENSURE,
+    Count,
     Event,
     MultisetError,
     Position,
@@ -39,7 +41,8 @@ def test_only_tables_without_a_key_are_multisets() -> None:
 def test_images_of_each_operation() -> None:
     old, new = (1, "a"), (1, "b")
     assert images(Event("c", (1, 0), after=new)) == [(new, 1)]
-    assert images(Event("r", (1, 0), after=new)) == [(new, 1)]
+    assert images(Event("r", (1, 0), after=new), loaded=1) == [(new, 1)]  # the load's
+    assert images(Event("r", (1, 0), after=new)) == [(new, ENSURE)]  # a snapshot's
     assert images(Event("d", (1, 0), before=old)) == [(old, -1)]
     assert images(Event("u", (1, 0), before=old, after=new)) == [(old, -1), (new, 1)]
     assert images(Event("t", (1, 0))) == []
@@ -61,12 +64,12 @@ def test_watermark_leaves_out_duplicates_and_reads_do_not_advance_it() -> None:
     events = [Event("c", (10, 0), after=row), Event("c", (10, 1), after=row),
               Event("d", (11, 0), before=row)]
     first = net_changes(events[:2], None)
-    assert first.counts == {row: 2} and first.applied == (10, 1)
+    assert first.counts == {row: Count(2, 2)} and first.applied == (10, 1)
     again = net_changes(events, first.applied)  # the first two sent again, then a delete
-    assert again.counts == {row: -1} and again.applied == (11, 0)
+    assert again.counts == {row: Count(-1, 0)} and again.applied == (11, 0)
     assert net_changes(events, again.applied).counts == {}
     reads = net_changes([Event("r", (5, 7), after=row), Event("r", (5, 3), after=row)], None)
-    assert reads.counts == {row: 2} and reads.applied is None
+    assert reads.counts == {row: Count(2, 2)} and reads.applied is None and reads.loaded == 5
 
 
 def test_truncate_drops_what_came_before_it() -> None:
@@ -74,22 +77,43 @@ def test_truncate_drops_what_came_before_it() -> None:
     changes = net_changes([Event("c", (1, 0), after=row), Event("t", (2, 0)),
                            Event("c", (3, 0), after=row), Event("c", (3, 1), after=(2,))],
                           None)
-    assert changes.truncate == (2, 0) and changes.counts == {row: 1, (2,): 1}
+    assert changes.truncate == (2, 0) and changes.counts == {row: Count(1, 1),
+                                                             (2,): Count(1, 1)}
     assert net_changes([Event("c", (1, 5), after=row)], None, truncated=(2, 0)).counts == {}
 
 
-@pytest.mark.parametrize(("stored", "change", "deleted", "inserted"), [
-    ([1, 2, 3], -1, [3], []),
-    ([1, 2, 3], -5, [1, 2, 3], []),  # a delete the lake never held: at most every row
-    ([2, 1], 2, [], [3, 4]),
+def test_reads_after_a_change_say_the_row_is_there() -> None:
+    """An incremental snapshot's read (not the initial load's) of a row the lake holds adds
+    none; of one it lacks, one."""
+    row, other = (1,), (2,)
+    changes = net_changes([Event("r", (9, 0), after=row), Event("r", (9, 1), after=other)],
+                          (8, 0), loaded=3)
+    assert changes.counts == {row: Count(0, 1), other: Count(0, 1)}
+    assert changes.counts[row].of(2) == 2 and changes.counts[other].of(0) == 1
+    # a change first in the batch: its reads are no load's either
+    mixed = net_changes([Event("c", (4, 0), after=row), Event("r", (6, 0), after=row)], None)
+    assert mixed.loaded is None and mixed.counts[row].of(0) == 1
+
+
+def test_count_folds_in_order() -> None:
+    assert Count().then(-1).then(1).of(0) == 1  # a delete the lake never held, then insert
+    assert Count().then(1).then(-1).of(0) == 0
+    assert Count().then(-1).then(ENSURE).of(3) == 2
+    assert Count().then(-1).then(-1).then(ENSURE).of(1) == 1
+
+
+@pytest.mark.parametrize(("stored", "wanted", "deleted", "inserted"), [
+    ([1, 2, 3], 2, [3], []),
+    ([1, 2, 3], 0, [1, 2, 3], []),
+    ([2, 1], 4, [], [3, 4]),
     ([], 1, [], [1]),
-    ([None, None], -1, [None], [1]),  # rows from before occurrences: rewritten whole
-    ([1, 1], 1, [None], [1, 2, 3]),  # made identical by a dropped column
-    ([1, 3], 0, [None], [1, 2]),
+    ([None, None], 1, [None], [1]),  # rows from before occurrences: rewritten whole
+    ([1, 1], 3, [None], [1, 2, 3]),  # made identical by a dropped column
+    ([1, 3], 2, [None], [1, 2]),
 ])
-def test_occurrence_plan(stored: list[int | None], change: int, deleted: list[int | None],
+def test_occurrence_plan(stored: list[int | None], wanted: int, deleted: list[int | None],
                          inserted: list[int]) -> None:
-    assert occurrence_plan(stored, change) == (deleted, inserted)
+    assert occurrence_plan(stored, wanted) == (deleted, inserted)
 
 
 _VALUES = st.sampled_from([None, 0, 1])
@@ -99,13 +123,16 @@ _OPS = st.one_of(
     st.tuples(st.just("delete"), st.integers(0, 50)),
     st.tuples(st.just("update"), st.integers(0, 50), _ROWS, st.booleans()),
     st.tuples(st.just("truncate")),
+    st.tuples(st.just("snapshot")),  # an incremental snapshot reads every row again
 )
 
 
-def _source_program(ops: list[tuple[object, ...]]) -> tuple[list[Row], list[Event]]:
-    """Run ``ops`` on a model table (a list of rows); the events PostgreSQL would send."""
-    table: list[Row] = []
-    events: list[Event] = []
+def _source_program(ops: list[tuple[object, ...]],
+                    loaded: list[Row]) -> tuple[list[Row], list[Event]]:
+    """Run ``ops`` on a model table (a list of rows, ``loaded`` at first: the initial load's
+    reads, in reverse order); the events pgcdc would send."""
+    table: list[Row] = list(loaded)
+    events = [Event("r", (0, i), after=row) for i, row in reversed(list(enumerate(loaded)))]
     for lsn, op in enumerate(ops, start=1):
         kind = op[0]
         if kind == "insert":
@@ -130,6 +157,8 @@ def _source_program(ops: list[tuple[object, ...]]) -> tuple[list[Row], list[Even
         elif kind == "truncate":
             table.clear()
             events.append(Event("t", (lsn, 0)))
+        elif kind == "snapshot":
+            events += [Event("r", (lsn, i), after=row) for i, row in enumerate(table)]
     return table, events
 
 
@@ -140,28 +169,33 @@ class _Lake:
         self.rows: dict[Row, list[int | None]] = {}
         self.applied: Position | None = None
         self.truncated: Position | None = None
+        self.loaded: int | None = None
+        self.held: set[Position] = set()  # reads whose row the lake holds (by position)
 
     def apply(self, batch: list[Event]) -> None:
-        changes = net_changes(batch, self.applied, self.truncated)
+        fresh = [e for e in batch if e.op != "r" or e.position not in self.held]
+        self.held |= {e.position for e in batch if e.op == "r"}
+        changes = net_changes(fresh, self.applied, self.truncated, self.loaded)
         if changes.truncate is not None:
             self.rows.clear()
             self.truncated = changes.truncate
-        for row, change in changes.counts.items():
+        for row, count in changes.counts.items():
             stored = self.rows.get(row, [])
-            deleted, inserted = occurrence_plan(stored, change)
+            deleted, inserted = occurrence_plan(stored, count.of(len(stored)))
             kept = [] if deleted == [None] else [o for o in stored if o not in deleted]
             self.rows[row] = kept + list(inserted)
         self.applied = changes.applied
+        self.loaded = changes.loaded
 
     def multiset(self) -> Counter[Row]:
         return Counter({r: len(o) for r, o in self.rows.items() if o})
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(_OPS, max_size=30), data=st.data())
+@given(ops=st.lists(_OPS, max_size=30), loaded=st.lists(_ROWS, max_size=6), data=st.data())
 def test_lake_equals_source_through_duplicated_and_replayed_batches(
-        ops: list[tuple[object, ...]], data: st.DataObject) -> None:
-    table, events = _source_program(ops)
+        ops: list[tuple[object, ...]], loaded: list[Row], data: st.DataObject) -> None:
+    table, events = _source_program(ops, loaded)
     # a pgcdc restart sends a range again: events[:k] then events[j:] with j <= k
     k = data.draw(st.integers(0, len(events)))
     j = data.draw(st.integers(0, k))
