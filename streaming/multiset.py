@@ -17,15 +17,18 @@ How a micro-batch is applied (:func:`apply_multiset`; :func:`net_changes` and
    one content (every column equal, NULL equal to NULL) are occurrences 1..c;
 2. the events after the table's watermark (the table property ``pgcdc.appliedThrough``,
    ``<commit_lsn>/<ordinal>`` of the newest change applied) and after its newest truncate
-   (``pgcdc.truncatedAt``), each position once, are turned into signed images: an insert
-   or read is +1 of its after image, a delete -1 of its before image (the whole old row
-   under FULL), an update both; an unchanged TOASTed column of an update's after image
-   takes the before image's value (PostgreSQL never leaves one out of a FULL before image);
+   (``pgcdc.truncatedAt``), each position once, are turned into steps on a content: an
+   insert is +1 of its after image, a delete -1 of its before image (the whole old row
+   under FULL), an update both; a read of the initial load +1, any other read (an
+   incremental snapshot's) "at least one"; an unchanged TOASTed column of an update's after
+   image takes the before image's value (PostgreSQL never leaves one out of a FULL before
+   image);
 3. a truncate in the batch is recorded, the rows older than it are deleted (as the keyed
    path does), and only the images after it count;
-4. the images are summed per content; the stored occurrences of those contents are read;
-   the new count is n = max(0, c + sum) (a delete of a row the lake never held, e.g. one
-   older than the lake, changes nothing: the keyed path ignores it too);
+4. the steps of each content fold in position order into one function of its stored count
+   c, n = max(c + add, least) (:class:`Count`; a delete of a row the lake does not hold,
+   e.g. one older than the lake, changes nothing: the keyed path ignores it too); the
+   stored occurrences of the contents changed are read;
 5. ONE MERGE keyed on (every column null-safe equal, occurrence) deletes the occurrences
    above n and inserts c+1..n.  A content whose stored occurrences are not exactly 1..c
    (rows written before this module, or made identical by a dropped column) is rewritten
@@ -38,12 +41,16 @@ How a micro-batch is applied (:func:`apply_multiset`; :func:`net_changes` and
 The watermark needs a table's changes totally ordered in Kafka by (commit_lsn, ordinal):
 one partition per table topic, the default (``KafkaSink(partitions=1)``).  Reads (op ``r``,
 the initial load) arrive from several load workers in any order, so they do not advance it;
-they all precede every streamed change, so a read at or below it is a duplicate too.  A
+they all precede every streamed change, so a read at or below it is a duplicate too, and
+the first reads of a table that no change precedes are the load's (their commit LSN is kept
+as ``pgcdc.loadedAt``).  A
 read above it is a duplicate if a lake row carries its position: each new occurrence
 carries the position of the image that added it (each read's is unique), and until a
 change is applied no row of a read has gone.
 
-Not handled: the reads of a resumed initial load that reads a row again (a chunk done in
+Not handled: an incremental snapshot's read says only that its row is there, so a row the
+lake holds with other values (a DDL rewrote it) stays beside it (a keyless table has no
+key to replace it by); the reads of a resumed initial load that reads a row again (a chunk done in
 an earlier generation re-reads its rows with a recent xmin, under new positions) count
 twice, as no key tells them apart; an update or delete written under an earlier version
 of the table without REPLICA IDENTITY FULL (its old row is the key alone) matches no
