@@ -615,7 +615,7 @@ class Pipeline:
             name = f"{_quoted(table.schema)}.{_quoted(table.name)}"
             keyed = table.replica_identity in ("d", "i") and bool(table.key_columns)
             if self._incremental is not None and keyed:
-                self._incremental.request([name], again=True)
+                self._incremental.read_again(name, oid)
                 action = "read_again"
                 log.info("DDL at %s changed the stored rows of %s (%s): reading it again",
                          format_lsn(commit_lsn), table.qualified_name, reason)

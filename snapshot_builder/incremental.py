@@ -304,17 +304,24 @@ class IncrementalSnapshots:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def request(self, tables: list[str], *, again: bool = False) -> None:
+    def request(self, tables: list[str]) -> None:
         """Queue tables (``schema.table``, quoted where needed) as if signalled; those already
-        queued are left as they are.
-
-        ``again``: their rows changed since any read began (a DDL rewrote them), so a table
-        being read now (the first job, maybe halfway) is queued once more, to be read whole
-        after; one still waiting its turn reads the new rows anyway."""
+        queued are left as they are."""
         with self._lock:
-            queued = {j.table for j in (self.state.jobs[1:] if again else self.state.jobs)}
+            queued = {j.table for j in self.state.jobs}
             self.state.jobs.extend(Job(t) for t in tables if t not in queued)
             self.store.save(self.state)
+
+    def read_again(self, table: str, oid: int) -> None:
+        """Queue table ``oid`` (named ``table``), whose rows a DDL changed without row changes
+        in the WAL.  Its rows changed since any read of it began, so one being read now (the
+        first job, maybe halfway) is queued once more, to be read whole after; one still
+        waiting its turn reads the new rows anyway.  When its turn comes, a name that no
+        longer holds that table (dropped, or created again) ends the job as ``gone``."""
+        with self._lock:
+            if not any(j.table == table and j.oid in (None, oid) for j in self.state.jobs[1:]):
+                self.state.jobs.append(Job(table, oid=oid))
+                self.store.save(self.state)
 
     @property
     def idle(self) -> bool:
@@ -437,8 +444,11 @@ class IncrementalSnapshots:
             except (IncrementalSnapshotError, psycopg.errors.UndefinedTable,
                     psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
                     psycopg.errors.InsufficientPrivilege) as exc:
-                log.error("incremental snapshot of %s failed: %s", job.table, exc)
-                self._finish(job, "failed", str(exc).strip())
+                if job.oid is not None and not _holds(conn, job):  # dropped while read
+                    self._finish(job, "gone", f"table oid {job.oid} dropped while read")
+                else:
+                    log.error("incremental snapshot of %s failed: %s", job.table, exc)
+                    self._finish(job, "failed", str(exc).strip())
                 finished = False
                 target = target_job = None
             if finished:
@@ -446,6 +456,11 @@ class IncrementalSnapshots:
                 target = target_job = None
 
     def _activate(self, conn: Conn, job: Job) -> _Target | None:
+        if job.oid is not None and not _holds(conn, job):
+            log.info("incremental snapshot of %s not read: the table (oid %d) was dropped "
+                     "since it was requested", job.table, job.oid)
+            self._finish(job, "gone", f"table oid {job.oid} dropped since the request")
+            return None
         try:
             target = resolve(conn, self.publication, job)
         except IncrementalSnapshotError as exc:
@@ -615,6 +630,12 @@ class IncrementalSnapshots:
                 self.state.apply(str(kind), data if isinstance(data, dict) else {})
                 self.state.signal_id = int(signal_id)
             self.store.save(self.state)
+
+def _holds(conn: Conn, job: Job) -> bool:
+    """Whether the job's name still names the table (OID) it was requested for."""
+    row = conn.execute("SELECT to_regclass(%s)::oid", (job.table,)).fetchone()
+    return row is not None and row[0] is not None and int(row[0]) == job.oid
+
 
 def again_query(target: _Target, keys: list[list[str]]) -> sql.Composed:
     """``COPY (SELECT <columns> FROM t WHERE key IN (...)) TO STDOUT``: keys read again."""

@@ -78,6 +78,9 @@ class Job:
     chunks: int = 0
     rows: int = 0
     again: list[list[str]] = field(default_factory=list)  # keys to read again (TOAST)
+    # the table the request meant (pgcdc's own, after a DDL rewrote it): a name that holds
+    # another table by then is not read
+    oid: int | None = None
 
 
 @dataclass

@@ -163,7 +163,8 @@ class Program:
             sink.close()
         assert not failure, failure
         assert snapshots.error is None, snapshots.error
-        assert all(d["status"] == "complete" for d in snapshots.state.done), \
+        # "gone": a table pgcdc asked to read again was dropped before its turn
+        assert all(d["status"] in ("complete", "gone") for d in snapshots.state.done), \
             snapshots.state.done
 
     def _until(self, condition: Any, failure: list[BaseException], what: str) -> None:

@@ -49,7 +49,6 @@ def test_the_lake_equals_the_source_after_random_programs(
 # Programs the model found, shrunk by hand, kept as they are.  Those marked xfail fail today
 # (issue 15, lake side): strict, so that the fix removes the mark.
 _KEYLESS = "issue 15.1: a keyless table's rows changed by DDL are only warned about"
-_BY_NAME = "issue 15.1: a table is read again by name, after it was dropped (or recreated)"
 REGRESSIONS = {
     "prepared transaction with DDL": [
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
@@ -74,15 +73,13 @@ REGRESSIONS = {
     "read again after a drop": pytest.param([
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g",
-        "ALTER TABLE t ADD COLUMN c int DEFAULT 7", "DROP TABLE t"],
-        marks=pytest.mark.xfail(strict=True, reason=_BY_NAME)),
+        "ALTER TABLE t ADD COLUMN c int DEFAULT 7", "DROP TABLE t"]),
     "read again after a keyless recreate": pytest.param([
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g",
         "ALTER TABLE t ADD COLUMN c int DEFAULT 7", "DROP TABLE t",
         "CREATE TABLE t (k int, a int)", "ALTER TABLE t REPLICA IDENTITY FULL",
-        "INSERT INTO t VALUES (1, 1), (1, 1)"],
-        marks=pytest.mark.xfail(strict=True, reason=_BY_NAME)),
+        "INSERT INTO t VALUES (1, 1), (1, 1)"]),
 }
 
 

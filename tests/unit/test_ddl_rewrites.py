@@ -87,8 +87,11 @@ def test_a_table_rewritten_while_it_is_read_is_read_again_after() -> None:
     snapshots.request(['"public"."t"'])  # a plain request of a queued table: nothing new
     assert [j.table for j in snapshots.state.jobs] == ['"public"."t"', '"public"."u"']
     # t is being read (the first job, maybe halfway through) when a DDL rewrites it
-    snapshots.request(['"public"."t"', '"public"."u"'], again=True)
-    assert [j.table for j in snapshots.state.jobs] == ['"public"."t"', '"public"."u"',
-                                                       '"public"."t"']
-    snapshots.request(['"public"."t"'], again=True)  # already waiting its turn
-    assert len(snapshots.state.jobs) == 3
+    snapshots.read_again('"public"."t"', 41)
+    snapshots.read_again('"public"."u"', 42)  # waiting its turn: it reads the new rows
+    assert [(j.table, j.oid) for j in snapshots.state.jobs] == [
+        ('"public"."t"', None), ('"public"."u"', None), ('"public"."t"', 41)]
+    snapshots.read_again('"public"."t"', 41)  # already waiting its turn
+    snapshots.read_again('"public"."t"', 43)  # another table under the name: read it too
+    assert [(j.table, j.oid) for j in snapshots.state.jobs][2:] == [
+        ('"public"."t"', 41), ('"public"."t"', 43)]
