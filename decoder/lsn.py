@@ -11,12 +11,15 @@ def format_lsn(lsn: int) -> str:
 
 
 def parse_lsn(text: str) -> int:
-    """Parse ``X/Y`` into its integer value."""
-    high, sep, low = text.partition("/")
+    """Parse ``X/Y`` into its integer value; one hexadecimal number (the 64-bit value, as
+    older pgcdc releases printed it) is accepted too."""
+    high, sep, low = text.strip().partition("/")
     try:
-        if not sep:
+        value = (int(high, 16) << 32) | int(low, 16) if sep else int(high, 16)
+        if not (0 <= value < 1 << 64) or (sep and int(low, 16) >= 1 << 32):
             raise ValueError(text)
-        return (int(high, 16) << 32) | int(low, 16)
+        return value
     except ValueError:
-        msg = f"invalid LSN {text!r}: expected two hexadecimal numbers as X/Y, e.g. 0/16B3748"
+        msg = (f"invalid LSN {text!r}: expected two hexadecimal numbers as X/Y, e.g. "
+               "0/16B3748 (or the 64-bit value in hexadecimal)")
         raise ConfigError(msg) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decoder.lsn import format_lsn
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import Catalog, CatalogHistory, Change, DropTable, PutTable, PutType
@@ -44,7 +45,7 @@ def _describe_type(dtype: TypeVersion) -> str:
 
 
 def show(catalog: Catalog) -> str:
-    head = f"catalog version {catalog.version} (effective at LSN {catalog.lsn:X})"
+    head = f"catalog version {catalog.version} (effective at LSN {format_lsn(catalog.lsn)})"
     body = [line for t in sorted(catalog.tables.values(), key=lambda t: t.qualified_name)
             for line in _describe(t)]
     types = [_describe_type(t) for t in sorted(catalog.types.values(),
@@ -67,7 +68,8 @@ def _change_line(change: Change) -> str:
 def history_lines(history: CatalogHistory) -> str:
     lines = [f"versions {history.base.version} to {history.latest.version}"]
     for entry in history.entries():
-        lines.append(f"{entry.version:>6}  lsn {entry.lsn:X}  {_change_line(entry.change)}")
+        lines.append(f"{entry.version:>6}  lsn {format_lsn(entry.lsn)}  "
+                     f"{_change_line(entry.change)}")
     return "\n".join(lines)
 
 

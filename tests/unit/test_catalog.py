@@ -138,3 +138,22 @@ def test_versions_stored_before_attnums_counted_stay_readable() -> None:
         table_from_dict(damaged)
     with pytest.raises(VersionMismatchError):
         table_from_dict(damaged, verify=False).verify()
+
+
+def test_catalog_history_prints_lsns_that_show_accepts(tmp_path: Path) -> None:
+    """One LSN format everywhere (PostgreSQL's X/Y); the bare 64-bit form is read too."""
+    from decoder.lsn import format_lsn, parse_lsn
+    from pgcdc.errors import ConfigError
+
+    shutil.copytree(Path(__file__).parent.parent / "golden" / "catalog_v2", tmp_path / "g")
+    history = HistoryFile(tmp_path / "g").load(read_only=True)
+    entry = list(history.entries())[-1]
+    printed = catalog_view.history_lines(history).splitlines()[-1].split()[2]
+    assert printed == format_lsn(entry.lsn) and "/" in printed
+    assert parse_lsn(printed) == entry.lsn
+    assert f"effective at LSN {printed})" in catalog_view.show(history.latest)
+    assert parse_lsn("13FF15E0") == parse_lsn("0/13FF15E0") == 0x13FF15E0
+    assert parse_lsn(" 1/0 ") == 1 << 32
+    for bad in ("", "x/1", "1/100000000", "10000000000000000", "-1"):
+        with pytest.raises(ConfigError, match="invalid LSN"):
+            parse_lsn(bad)
