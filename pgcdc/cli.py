@@ -8,6 +8,7 @@ configuration; 3 a terminal error (act on the message); 4 a transient error
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -41,18 +42,28 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"PGCDC_{name}", default)
 
 
+def _logging_options(parser: argparse.ArgumentParser, default: str | None) -> None:
+    parser.add_argument("--log-level", default=default,
+                        help="logging level (default WARNING)")
+    parser.add_argument("--log-format", choices=["text", "json"], default=default,
+                        help="log lines as text (default) or one JSON object per line")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgcdc",
         description="Change data capture from PostgreSQL (pgoutput) through Kafka into Delta "
                     "tables. Every option also reads PGCDC_<OPTION> from the environment.",
     )
-    parser.add_argument("--log-level", help="logging level (default WARNING)")
-    parser.add_argument("--log-format", choices=["text", "json"],
-                        help="log lines as text (default) or one JSON object per line")
+    _logging_options(parser, None)
+    # the same options after the verb too (pgcdc run --log-format json); there, an option
+    # left out keeps what was given before the verb
+    common = argparse.ArgumentParser(add_help=False)
+    _logging_options(common, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
+    verb = functools.partial(sub.add_parser, parents=[common])
 
-    demo = sub.add_parser("demo", help="run the whole pipeline on a sample workload and compare "
+    demo = verb("demo", help="run the whole pipeline on a sample workload and compare "
                                        "the lake with the source")
     demo.add_argument("--dsn", default=_env("DSN"),
                       help="PostgreSQL to use (default: start a throwaway server)")
@@ -66,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--format", choices=["avro", "json"], default="avro",
                       help="Kafka value format (default avro)")
 
-    run = sub.add_parser("run", help="stream a slot into a sink until interrupted")
+    run = verb("run", help="stream a slot into a sink until interrupted")
     _source_options(run)
     _sink_options(run)
     run.add_argument("--no-tombstones", action="store_true", default=None,
@@ -124,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="the incremental snapshots' state (default "
                           "~/.local/state/pgcdc/<slot>.incremental.json)")
 
-    table = sub.add_parser("snapshot-table",
+    table = verb("snapshot-table",
                            help="ask the running pgcdc (run --incremental-snapshots) to read "
                                 "tables again while streaming, or pause, resume or cancel that")
     _source_options(table, tables=False)
@@ -143,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="for a table without a primary key: comma-separated unique, "
                             "NOT NULL columns to read it in order of")
 
-    snapshot = sub.add_parser("snapshot", help="create the slot with an exported snapshot, load "
+    snapshot = verb("snapshot", help="create the slot with an exported snapshot, load "
                                                "every published table as read events, and exit "
                                                "(run it again to resume an interrupted load)")
     _source_options(snapshot)
@@ -154,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     _catalog_option(snapshot, default=None)
     _add_load_options(snapshot)
 
-    status = sub.add_parser("status", help="the slot, its lag, stored progress, the "
+    status = verb("status", help="the slot, its lag, stored progress, the "
                                            "builder state, the catalog version and, with "
                                            "Kafka, the messages each topic holds")
     _source_options(status, publication=False)
@@ -163,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--topic-prefix", help="default pgcdc")
     _catalog_option(status, default=None)
 
-    slot = sub.add_parser("slot", help="create or drop the replication slot")
+    slot = verb("slot", help="create or drop the replication slot")
     slot.add_argument("action", choices=["create", "drop"])
     _source_options(slot, publication=False)
     slot.add_argument("--no-two-phase", action="store_true",
@@ -171,14 +182,14 @@ def _parser() -> argparse.ArgumentParser:
     slot.add_argument("--yes", action="store_true",
                       help="drop: do not ask for confirmation (needed without a terminal)")
 
-    catalog = sub.add_parser("catalog", help="the time-travel catalog: show | history | diff")
+    catalog = verb("catalog", help="the time-travel catalog: show | history | diff")
     catalog.add_argument("action", choices=["show", "history", "diff"])
     catalog.add_argument("--slot", default=_env("SLOT", "pgcdc"))
     catalog.add_argument("--at", help="an LSN as X/Y (show: that version; diff: from there)")
     catalog.add_argument("--to", help="diff: to this LSN (default: the latest version)")
     _catalog_option(catalog)
 
-    spark = sub.add_parser("spark", help="apply the change topics to Delta tables "
+    spark = verb("spark", help="apply the change topics to Delta tables "
                                          "(Spark Structured Streaming)")
     spark.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"),
                        required=_env("BOOTSTRAP_SERVERS") is None)

@@ -320,3 +320,15 @@ def test_spark_kafka_options_from_a_file_and_flags(tmp_path: Path) -> None:
 ])
 def test_connection_and_privilege_failures_name_the_fix(message: str, hint: str | None) -> None:
     assert cli._connection_hint(message, "cdc") == hint
+
+
+def test_logging_options_before_or_after_the_verb() -> None:
+    parse = cli._parser().parse_args
+    assert parse(["--log-format", "json", "run"]).log_format == "json"
+    assert parse(["run", "--log-format", "json", "--log-level", "info"]).log_format == "json"
+    after = parse(["--log-level", "debug", "status", "--log-format", "json"])
+    assert (after.log_level, after.log_format) == ("debug", "json")  # before kept, after added
+    assert parse(["--log-format", "text", "spark", "--log-format", "json"]).log_format == "json"
+    assert parse(["catalog", "history"]).log_format is None  # the environment's, or text
+    with pytest.raises(SystemExit):
+        parse(["run", "--log-format", "yaml"])
