@@ -328,7 +328,8 @@ def test_logging_options_before_or_after_the_verb() -> None:
     assert parse(["run", "--log-format", "json", "--log-level", "info"]).log_format == "json"
     after = parse(["--log-level", "debug", "status", "--log-format", "json"])
     assert (after.log_level, after.log_format) == ("debug", "json")  # before kept, after added
-    assert parse(["--log-format", "text", "spark", "--log-format", "json"]).log_format == "json"
+    assert parse(["--log-format", "text", "slot", "drop", "--log-format", "json"]).log_format \
+        == "json"
     assert parse(["catalog", "history"]).log_format is None  # the environment's, or text
     with pytest.raises(SystemExit):
         parse(["run", "--log-format", "yaml"])
