@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgcdc.errors import PgcdcError, TerminalError, TransientError
+from pgcdc.errors import ConfigError, PgcdcError, TerminalError, TransientError
 
 
 class DecodeError(TerminalError):
@@ -70,6 +70,16 @@ class PublicationMissingError(ReplicationError, TerminalError):
             f"(CREATE PUBLICATION {publication} FOR TABLE ...) or let pgcdc create it "
             "with --create-publication"
         )
+
+
+class PublishedTableMissingError(ReplicationError, ConfigError):
+    """A table to publish (``--tables``) that does not exist: a configuration error."""
+
+    def __init__(self, publication: str, tables: list[str], reason: str) -> None:
+        super().__init__(
+            f"cannot create publication {publication} for --tables {','.join(tables)}: "
+            f"{reason.strip()}; name existing tables as schema.table (unquoted, as the catalog "
+            "spells them), or create the table first")
 
 
 class MissingIdentityError(ReplicationError, TerminalError):

@@ -14,6 +14,7 @@ from psycopg import sql
 from decoder.errors import (
     MissingIdentityError,
     PublicationMissingError,
+    PublishedTableMissingError,
     ReplicationError,
     SlotInUseError,
     SlotInvalidatedError,
@@ -65,7 +66,11 @@ def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, creat
         query = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), targets)
     else:
         query = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
-    conn.execute(query)
+    try:
+        conn.execute(query)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise PublishedTableMissingError(name, tables or [],
+                                         exc.diag.message_primary or str(exc)) from None
     log.info("created publication %s", name)
 
 

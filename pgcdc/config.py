@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+import psycopg
 from psycopg import conninfo
 from pydantic import (
     BaseModel,
@@ -93,6 +94,9 @@ def _read_secret(key: str, value: object) -> SecretStr:
     return SecretStr(text)
 
 
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
 class SourceSettings(_Section):
     dsn: SecretStr
     password: SecretStr | None = None  # added to the DSN; keeps it out of the DSN itself
@@ -111,6 +115,27 @@ class SourceSettings(_Section):
     binary: Literal["auto", "on", "off"] = "auto"
 
     _tables = field_validator("tables", mode="before")(_split_tables)
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: SecretStr) -> SecretStr:
+        """A connection string libpq can parse, with values it accepts (checked here, so that
+        a typo is a configuration error, not a failed connection to retry)."""
+        try:
+            options = conninfo.conninfo_to_dict(value.get_secret_value())
+        except psycopg.ProgrammingError as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+            _fail("source.dsn", f"is not a connection string libpq reads ({reason}): write "
+                                "key=value pairs (host=db dbname=app user=cdc) or a "
+                                "postgresql:// URI")
+        sslmode = options.get("sslmode")
+        if sslmode is not None and sslmode not in _SSLMODES:
+            _fail("source.dsn", f"has sslmode={sslmode}: use one of {', '.join(_SSLMODES)}")
+        for port in str(options.get("port") or "").split(","):
+            if port and not (port.strip().isdigit() and 0 < int(port) < 65536):
+                _fail("source.dsn", f"has port={options['port']}: a port is a number from 1 "
+                                    "to 65535 (one per host, separated by commas)")
+        return value
 
     @model_validator(mode="before")
     @classmethod

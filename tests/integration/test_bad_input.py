@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from decoder.errors import (
     SlotInvalidatedError,
     WalLevelError,
 )
-from pgcdc.errors import JavaMissingError
+from pgcdc.errors import ConfigError, JavaMissingError
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port
@@ -68,6 +69,22 @@ def test_missing_publication(pg_dsn: str) -> None:
     config = PipelineConfig(pg_dsn, publication="nope", create_publication=False)
     with pytest.raises(PublicationMissingError, match='"nope".*CREATE PUBLICATION'):
         Pipeline(config, RecordingSink()).prepare()
+
+
+def test_a_table_to_publish_that_does_not_exist(pg_conn: Conn, pg_dsn: str,
+                                                tmp_path: Path) -> None:
+    """A configuration error (exit 2) naming the table and the fix, and nothing left behind."""
+    from pgcdc import cli
+
+    pg_conn.execute("CREATE TABLE present (id int PRIMARY KEY)")
+    config = PipelineConfig(pg_dsn, tables=["public.present", "public.absent"])
+    with pytest.raises(ConfigError, match=r'"public.absent" does not exist.*schema\.table'):
+        Pipeline(config, RecordingSink()).prepare()
+    assert cli.main(["run", "--dsn", pg_dsn, "--tables", "public.absent", "--sink", "null",
+                     "--progress-file", str(tmp_path / "progress"),
+                     "--catalog-dir", str(tmp_path / "catalog")]) == cli.EXIT_USAGE
+    assert pg_conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
+    assert pg_conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
 
 
 def test_kafka_unreachable() -> None:

@@ -333,3 +333,23 @@ def test_logging_options_before_or_after_the_verb() -> None:
     assert parse(["catalog", "history"]).log_format is None  # the environment's, or text
     with pytest.raises(SystemExit):
         parse(["run", "--log-format", "yaml"])
+
+
+@pytest.mark.parametrize(("dsn", "says"), [
+    ("hostt=foo", 'invalid connection option "hostt"'),
+    ("host='db dbname=app", "unterminated quoted string"),
+    ("host=db sslmode=bogus", "sslmode=bogus: use one of disable"),
+    ("host=db port=notaport", "port=notaport: a port is a number"),
+    ("host=a,b port=5432,70000", "port=5432,70000"),
+])
+def test_a_dsn_libpq_refuses_is_a_configuration_error(dsn: str, says: str) -> None:
+    """Exit 2 with the cause and the fix, not a traceback (1) or a retry (4)."""
+    with pytest.raises(ConfigError, match="source.dsn") as raised:
+        load_settings(_flags("--dsn", dsn), environ={})
+    assert says in str(raised.value)
+    assert cli.main(["status", "--dsn", dsn]) == cli.EXIT_USAGE
+
+
+def test_a_dsn_libpq_reads_is_accepted() -> None:
+    for dsn in (DSN, "postgresql://cdc@db:5432/app?sslmode=verify-full", "host=a,b port=1,2"):
+        assert load_settings(_flags("--dsn", dsn), environ={}).source.conninfo() == dsn
