@@ -18,7 +18,7 @@ import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg import conninfo
@@ -181,6 +181,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="create: without two-phase decoding")
     slot.add_argument("--yes", action="store_true",
                       help="drop: do not ask for confirmation (needed without a terminal)")
+    slot.add_argument("--all", action="store_true",
+                      help="drop: also remove DDL capture (its event triggers and the pgcdc "
+                           "schema) when no other slot of the database is left to use it")
 
     catalog = verb("catalog", help="the time-travel catalog: show | history | diff")
     catalog.add_argument("action", choices=["show", "history", "diff"])
@@ -695,13 +698,31 @@ def _slot(settings: Settings, args: argparse.Namespace) -> int:
         if info.active_pid is not None:
             raise SlotInUseError(slot, info.active_pid)
         drop_slot(conn, slot)
-    print(f'dropped replication slot "{slot}"')
+        print(f'dropped replication slot "{slot}"')
+        if args.all:
+            _uninstall(conn)
     progress_file, catalog_dir, _ = _paths(settings)
     if progress_file.exists():
         print(f"pgcdc: {progress_file} still holds the dropped slot's progress, so pgcdc run "
               "refuses to start from a new slot: remove it (and "
               f"{catalog_dir}) to start over", file=sys.stderr)
     return 0
+
+
+def _uninstall(conn: psycopg.Connection[Any]) -> None:
+    """What ``slot drop --all`` removes beyond the slot, and what it leaves, said."""
+    from snapshot_builder import ddl
+
+    others = [str(r[0]) for r in conn.execute(
+        "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() "
+        "AND plugin = 'pgoutput' ORDER BY 1").fetchall()]
+    if others:
+        print(f"kept DDL capture: slot(s) {', '.join(others)} of this database may use it")
+    else:
+        for what in ddl.uninstall(conn):
+            print(f"removed {what}")
+    print("publications are kept (pgcdc may share one with others): DROP PUBLICATION <name> "
+          "removes one pgcdc created")
 
 
 def _catalog(args: argparse.Namespace) -> int:

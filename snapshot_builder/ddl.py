@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
+import psycopg.sql
 
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import TableVersion, published_columns, table_from_dict
@@ -355,6 +356,24 @@ def install(conn: psycopg.Connection[Any]) -> None:
                "one, have an owner run snapshot_builder/ddl.py's INSTALL_SQL, or turn DDL "
                f"capture off (the stream's Relation messages then describe tables): {exc}")
         raise DdlCaptureError(msg) from exc
+
+
+def uninstall(conn: psycopg.Connection[Any]) -> list[str]:
+    """Remove DDL capture: its event triggers and the ``pgcdc`` schema with everything in it
+    (functions, ``pgcdc.followed``, the incremental snapshots' ``pgcdc.signal``); returns
+    what was there to remove.  Needs a superuser (or the owner of what it drops)."""
+    removed = [f"event trigger {r[0]}" for r in conn.execute(
+        "SELECT evtname FROM pg_event_trigger WHERE evtname IN "
+        "('pgcdc_ddl', 'pgcdc_drop', 'pgcdc_rewrite') ORDER BY 1").fetchall()]
+    row = conn.execute("SELECT to_regnamespace('pgcdc') IS NOT NULL").fetchone()
+    if row is not None and row[0]:
+        removed.append("schema pgcdc (DDL capture's functions, pgcdc.followed, pgcdc.signal)")
+    with conn.transaction():
+        for name in ("pgcdc_ddl", "pgcdc_drop", "pgcdc_rewrite"):
+            conn.execute(psycopg.sql.SQL("DROP EVENT TRIGGER IF EXISTS {}").format(
+                psycopg.sql.Identifier(name)))
+        conn.execute("DROP SCHEMA IF EXISTS pgcdc CASCADE")
+    return removed
 
 
 def follow(conn: psycopg.Connection[Any], publication: str) -> None:

@@ -493,3 +493,31 @@ def test_temporary_tables_stay_out_of_the_catalog(pg_conn: Conn, pg_dsn: str,
              for table in [getattr(entry.change, "table", None)] if table is not None}
     assert names == {"public.t"}, names
     assert history.latest.version == baseline + 1
+
+
+def test_slot_drop_all_removes_ddl_capture(pg_conn: Conn, pg_dsn: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``pgcdc slot drop --all``: the event triggers and the pgcdc schema go with the last
+    slot of the database, and the output says what was removed and what was kept."""
+    from pgcdc import cli
+
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    _pipeline(pg_dsn, RecordingSink(), ["public.t"], catalog_dir=tmp_path / "catalog")
+    _pipeline(pg_dsn, RecordingSink(), ["public.t"], slot="other", publication="other",
+              catalog_dir=tmp_path / "other")
+    base = ["slot", "drop", "--yes", "--all", "--dsn", pg_dsn]
+    assert cli.main([*base, "--slot", "other"]) == 0
+    assert "kept DDL capture: slot(s) pgcdc" in capsys.readouterr().out
+
+    def triggers() -> int:
+        row = pg_conn.execute("SELECT count(*) FROM pg_event_trigger "
+                              "WHERE evtname LIKE 'pgcdc%'").fetchone()
+        return int(str(row[0])) if row else -1
+
+    assert triggers() == 3
+    assert cli.main(base) == 0
+    out = capsys.readouterr().out
+    assert "removed event trigger pgcdc_ddl" in out and "removed schema pgcdc" in out
+    assert triggers() == 0
+    row = pg_conn.execute("SELECT to_regnamespace('pgcdc') IS NULL").fetchone()
+    assert row == (True,)
