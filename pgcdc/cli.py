@@ -172,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--progress-file", type=Path)
     status.add_argument("--bootstrap-servers", help="Kafka, to count each topic's messages")
     status.add_argument("--topic-prefix", help="default pgcdc")
+    status.add_argument("--json", action="store_true", help="print the report as JSON")
     _catalog_option(status, default=None)
 
     slot = verb("slot", help="create or drop the replication slot")
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(settings)
         if args.command == "status":
-            return _status(settings)
+            return _status(settings, args)
         if args.command == "slot":
             return _slot(settings, args)
         if args.command == "snapshot-table":
@@ -642,8 +643,9 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
     return summary.complete
 
 
-def _status(settings: Settings) -> int:
-    from pgcdc.status import render, status_report
+def _status(settings: Settings, args: argparse.Namespace) -> int:
+    """The report; exit 3 when the progress check finds changes lost."""
+    from pgcdc.status import LOST, render, status_report
 
     progress_file, catalog_dir, _ = _paths(settings)
     report = status_report(settings.source.conninfo(), settings.source.slot, progress_file,
@@ -659,7 +661,10 @@ def _status(settings: Settings) -> int:
                                             sink.kafka_config())
         except KafkaException as exc:
             report["topics"] = f"unavailable: {exc.args[0]}"
-    print(render(report))
+    print(render(report, as_json=args.json))
+    if str(report.get("progress_check", "")).startswith(LOST):
+        print(f"pgcdc: {report['progress_check']}", file=sys.stderr)
+        return EXIT_TERMINAL
     return 0
 
 

@@ -26,10 +26,14 @@ def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -
         if info is None:
             report["exists"] = False
         else:
+            # the time lag as the server measures it from pgcdc's replies (flush: what is
+            # durable downstream); 0 when nothing is unconfirmed; unknown (None) for a slot
+            # nobody reads, and when the server has no sample
             lag = conn.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
-                "(SELECT extract(epoch FROM replay_lag)::float FROM pg_stat_replication "
-                " WHERE pid = s.active_pid) FROM pg_replication_slots s WHERE slot_name = %s",
+                "(SELECT extract(epoch FROM coalesce(flush_lag, write_lag, replay_lag))::float "
+                " FROM pg_stat_replication WHERE pid = s.active_pid) "
+                "FROM pg_replication_slots s WHERE slot_name = %s",
                 (slot,)).fetchone()
             report.update({
                 "exists": True,
@@ -39,16 +43,40 @@ def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -
                 "confirmed_flush_lsn": format_lsn(info.confirmed_flush_lsn or 0),
                 "restart_lsn": format_lsn(info.restart_lsn or 0),
                 "lag_bytes": int(lag[0]) if lag and lag[0] is not None else None,
-                "lag_seconds": float(lag[1]) if lag and lag[1] is not None else None,
+                "lag_seconds": 0.0 if lag and lag[0] is not None and lag[0] <= 0 else
+                float(lag[1]) if lag and lag[1] is not None else None,
                 "two_phase": info.two_phase,
             })
     stored = ProgressStore(progress_file).load()
     report["stored_progress"] = format_lsn(stored.durable_lsn) if stored else None
-    if stored and info and info.confirmed_flush_lsn is not None:
-        report["progress_check"] = ("ok" if stored.durable_lsn >= info.confirmed_flush_lsn
-                                    else "DATA LOSS: the slot is ahead of stored progress")
+    report["progress_check"] = progress_check(
+        stored.durable_lsn if stored else None, info is not None,
+        info.wal_status if info else None, info.confirmed_flush_lsn if info else None)
     report.update(catalog_report(catalog_dir))
     return report
+
+
+LOST = "DATA LOSS"  # how a progress check that found changes gone begins
+
+
+def progress_check(stored: int | None, exists: bool, wal_status: str | None,
+                   confirmed: int | None) -> str:
+    """What the stored progress and the slot say together: ``ok``, a note, or ``DATA LOSS:``
+    with what happened and what to do (``pgcdc status`` then exits 3)."""
+    reload = ("create the slot again (pgcdc slot create, after removing the progress file "
+              "and the catalog folder) and re-load the tables (pgcdc run --initial-load)")
+    if exists and wal_status == "lost":
+        return (f"{LOST}: the slot was invalidated (the server removed WAL it still needed, "
+                f"max_slot_wal_keep_size): the changes since it are gone; {reload}")
+    if stored is None:
+        return "no stored progress (pgcdc has not run with this progress file)"
+    if not exists:
+        return (f"{LOST}: the slot is gone while progress at {format_lsn(stored)} is stored: "
+                f"the changes since then are lost; {reload}")
+    if confirmed is not None and confirmed > stored:
+        return (f"{LOST}: the slot is ahead of the stored progress ({format_lsn(confirmed)} "
+                f"> {format_lsn(stored)}): the changes between were never delivered; {reload}")
+    return "ok"
 
 
 def topic_counts(bootstrap_servers: str, prefix: str, client_config: dict[str, Any],
@@ -117,5 +145,17 @@ def _read_history(files: HistoryFile) -> CatalogHistory:
     return files.load(read_only=True)
 
 
-def render(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2)
+def render(report: dict[str, Any], *, as_json: bool = False) -> str:
+    """The report as JSON (``--json``, for machines), or as aligned ``key  value`` lines."""
+    if as_json:
+        return json.dumps(report, indent=2)
+    width = max(len(key) for key in report)
+    lines = []
+    for key, value in report.items():
+        if isinstance(value, dict):
+            lines.append(key)
+            inner = max((len(k) for k in value), default=0)
+            lines += [f"  {k:<{inner}}  {v}" for k, v in value.items()]
+        else:
+            lines.append(f"{key:<{width}}  {'-' if value is None else value}")
+    return "\n".join(lines)

@@ -120,3 +120,34 @@ def test_invalidated_slot_is_a_typed_data_loss_error() -> None:
         again = Pipeline(PipelineConfig(server.dsn(), tables=["public.t"]), RecordingSink())
         with pytest.raises(SlotInvalidatedError, match="invalidated.*re-snapshot"):
             again.prepare()
+
+
+def test_status_says_when_changes_were_lost(pg_conn: Conn, pg_dsn: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``pgcdc status`` exits 3 with what was lost and what to do; a healthy slot exits 0
+    with its lag filled (0 s when nothing is unconfirmed)."""
+    import json
+
+    from decoder.slot import current_wal_lsn, drop_slot
+    from pgcdc import cli
+
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = PipelineConfig(pg_dsn, tables=["public.t"], progress_file=tmp_path / "progress",
+                            catalog_dir=tmp_path / "catalog", status_interval=0.1)
+    pipeline = Pipeline(config, RecordingSink())
+    pipeline.prepare()
+    pg_conn.execute("INSERT INTO t VALUES (1)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    argv = ["status", "--dsn", pg_dsn, "--progress-file", str(tmp_path / "progress"),
+            "--catalog-dir", str(tmp_path / "catalog")]
+    assert cli.main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["progress_check"] == "ok"
+    assert report["lag_seconds"] == 0.0 or report["lag_bytes"] > 0
+    assert cli.main(argv) == 0  # the readable table
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split() == ["progress_check", "ok"] for line in lines), lines
+    drop_slot(pg_conn, "pgcdc")
+    assert cli.main(argv) == cli.EXIT_TERMINAL
+    captured = capsys.readouterr()
+    assert "DATA LOSS: the slot is gone" in captured.err and "--initial-load" in captured.err
