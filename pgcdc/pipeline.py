@@ -607,24 +607,25 @@ class Pipeline:
         (a default given to existing rows, a rewrite): the stream alone would leave their
         old values downstream, so each published one is read again by an incremental
         snapshot (its read events carry the new values).  Requested before the commit is
-        acknowledged, so a crash in between requests it again."""
+        acknowledged, so a crash in between requests it again.  A table without a key is
+        read whole (a truncate, then every row; see snapshot_builder/incremental.py)."""
         for oid, reason in sorted(rewritten.items()):
             table = self.builder.table(oid)
             if table is None:
                 continue  # dropped since
             name = f"{_quoted(table.schema)}.{_quoted(table.name)}"
             keyed = table.replica_identity in ("d", "i") and bool(table.key_columns)
-            if self._incremental is not None and keyed:
+            if self._incremental is not None:
                 self._incremental.read_again(name, oid)
                 action = "read_again"
-                log.info("DDL at %s changed the stored rows of %s (%s): reading it again",
-                         format_lsn(commit_lsn), table.qualified_name, reason)
+                log.info("DDL at %s changed the stored rows of %s (%s): reading it again%s",
+                         format_lsn(commit_lsn), table.qualified_name, reason,
+                         "" if keyed else " whole (no key: its writers wait on a SHARE lock)")
             else:
                 action = "not_followed"
                 fix = ("run pgcdc with --incremental-snapshots to have it read again "
-                       "automatically, or re-load the table" if keyed else
-                       "it has no primary key, so it cannot be read again incrementally: "
-                       "re-load it (pgcdc snapshot)")
+                       "automatically" + ("" if keyed else " (whole: it has no key)")
+                       + ", or re-load the table")
                 log.warning("DDL at %s changed the stored rows of %s (%s) without row "
                             "changes in the WAL: the stream does not carry the new values "
                             "and the table downstream differs from the source; %s",

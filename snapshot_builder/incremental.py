@@ -19,6 +19,17 @@ chunk row when any recorded transaction invisible to ``S`` changed its key; reco
 forgotten once a chunk's snapshot sees their transaction. docs/incremental-snapshot.md has
 the whole argument.
 
+A table without a primary key (REPLICA IDENTITY FULL: a multiset downstream) cannot be read
+by key.  When a DDL changed its stored rows (:meth:`IncrementalSnapshots.read_again`), it is
+read *whole*, in one step: a REPEATABLE READ transaction takes ``LOCK TABLE t IN SHARE
+MODE`` (it waits for every writer of ``t`` to end, and no change of ``t`` commits until it
+commits; readers go on), writes LOW, reads every row under its snapshot, writes HIGH and
+commits.  At HIGH the main loop writes a TRUNCATE of the table at ``(HIGH - 1, 0)`` and
+the rows as read events at ``(HIGH - 1, 1 + n)``: downstream the table's content is
+replaced.  No streamed change of ``t`` can fall in the window, so no row is left out; the
+main loop checks it anyway (the changes of ``t`` by xid, as for a keyed read) and reads the
+table again if one did.  The rows are held in memory until HIGH.
+
 Triggers are rows of ``pgcdc.signal (id, type, data)`` that the thread polls every
 ``poll_interval`` seconds: ``execute-snapshot`` (``{"tables": [...], "from_key": [...],
 "to_key": [...], "surrogate_key": [...]}``), ``pause-snapshot``, ``resume-snapshot``,
@@ -43,7 +54,8 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from decoder.change import READ, ChangeEvent, Row, RowDecoder
+from decoder.change import READ, TRUNCATE, ChangeEvent, Row, RowDecoder
+from decoder.lsn import format_lsn
 from decoder.replication import SESSION_OPTIONS, now_pg_micros
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
@@ -166,11 +178,14 @@ class Chunk:
     commit_time: int
     high: int = 0
     emitted: bool = False
+    whole: bool = False  # a keyless table read whole: a truncate, then every row
+    retry: bool = False  # a whole read that a streamed change of the table overlapped
     durable: threading.Event = field(default_factory=threading.Event)
 
 
-def resolve(conn: Conn, publication: str, job: Job) -> _Target:
-    """The job's table, its version and key; a clear error when it cannot be read."""
+def resolve(conn: Conn, publication: str, job: Job, *, whole: bool = False) -> _Target:
+    """The job's table, its version and key; a clear error when it cannot be read.  With
+    ``whole``, a table without a key resolves with none (``key == ()``: read whole)."""
     try:
         row = conn.execute("SELECT %s::regclass::oid", (job.table,)).fetchone()
     except psycopg.errors.UndefinedTable:
@@ -198,6 +213,8 @@ def resolve(conn: Conn, publication: str, job: Job) -> _Target:
         key = tuple(job.surrogate_key)
     elif table.replica_identity in ("d", "i") and table.key_columns:
         key = tuple(c.name for c in table.key_columns)
+    elif whole:
+        key = ()
     else:
         msg = (f"table {table.qualified_name} has no primary key (replica identity "
                f"{table.replica_identity!r}); an incremental snapshot reads in key order: add "
@@ -214,6 +231,18 @@ def resolve(conn: Conn, publication: str, job: Job) -> _Target:
         load_types(conn, custom, registry)
     return _Target(published, key, tuple(names.index(k) for k in key),
                    RowDecoder(table, registry.decoder_for))
+
+
+def whole_query(target: _Target) -> sql.Composed:
+    """``COPY (SELECT <columns> FROM t [WHERE <row filter>]) TO STDOUT``: every row, in no
+    order (a table read whole)."""
+    table = target.table
+    condition: sql.Composable = sql.SQL("true")
+    if target.published.row_filter is not None:
+        condition = sql.SQL("({})").format(sql.SQL(target.published.row_filter))
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns),
+        sql.Identifier(table.schema, table.name), condition)
 
 
 def chunk_query(target: _Target, job: Job, size: int) -> sql.Composed:
@@ -277,6 +306,7 @@ class IncrementalSnapshots:
         self.rows_emitted = 0
         self.rows_superseded = 0
         self.rows_retried = 0
+        self.whole_retried = 0  # whole reads a streamed change of their table overlapped
         self.keys_given_up: list[list[str]] = []  # superseded too often (each one a warning)
         # keys to read again: a streamed update that superseded their row left a TOASTed
         # column out, and the stream alone would never give its value
@@ -365,6 +395,9 @@ class IncrementalSnapshots:
             self.sink.publish_table(table, chunk.high - 1)
             self._published.add((table.oid, table.version))
         superseded = self._changed.superseded(chunk.snapshot)
+        if chunk.whole:
+            self._emit_whole(chunk, bool(superseded))
+            return
         everything = _ALL in superseded
         position = chunk.high - 1  # after every commit before HIGH, before every one after
         written = 0
@@ -386,6 +419,34 @@ class IncrementalSnapshots:
             self.chunks_emitted += 1
             self.rows_emitted += written
             self.rows_superseded += len(chunk.rows) - written
+
+    def _emit_whole(self, chunk: Chunk, overlapped: bool) -> None:
+        """A table read whole: a TRUNCATE at ``(HIGH - 1, 0)``, then every row at ``(HIGH -
+        1, 1 + n)``, which replace its content downstream.  A streamed change of the table
+        that the snapshot did not see (the SHARE lock should make it impossible) leaves the
+        content as it is and has the table read again."""
+        table, position = chunk.target.table, chunk.high - 1
+        if overlapped:
+            if not chunk.emitted:
+                log.error("a change of %s that the read of it did not see streamed before "
+                          "its HIGH watermark at %s; reading it again", table.qualified_name,
+                          format_lsn(chunk.high))
+        else:
+            self.sink.write(ChangeEvent(TRUNCATE, table, None, None, (), position, position,
+                                        0, 0, chunk.commit_time))
+            for row_number, row in enumerate(chunk.rows, 1):
+                self.sink.write(ChangeEvent(READ, table, None, row, (), position, position,
+                                            row_number, 0, chunk.commit_time))
+        self.sink.end_transaction(chunk.high)
+        self._changed.forget_seen(chunk.snapshot)
+        if not chunk.emitted:
+            chunk.emitted = True
+            chunk.retry = overlapped
+            if overlapped:
+                self.whole_retried += 1
+            else:
+                self.chunks_emitted += 1
+                self.rows_emitted += len(chunk.rows)
 
     def _check_durable(self) -> None:
         chunk = self._chunk
@@ -440,7 +501,8 @@ class IncrementalSnapshots:
                     continue
             assert target is not None
             try:
-                finished, target = self._read_chunk(conn, job, target)
+                read = self._read_whole if not target.key else self._read_chunk
+                finished, target = read(conn, job, target)
             except (IncrementalSnapshotError, psycopg.errors.UndefinedTable,
                     psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
                     psycopg.errors.InsufficientPrivilege) as exc:
@@ -462,7 +524,7 @@ class IncrementalSnapshots:
             self._finish(job, "gone", f"table oid {job.oid} dropped since the request")
             return None
         try:
-            target = resolve(conn, self.publication, job)
+            target = resolve(conn, self.publication, job, whole=_whole(job))
         except IncrementalSnapshotError as exc:
             log.error("incremental snapshot of %s: %s", job.table, exc)
             self._finish(job, "failed", str(exc))
@@ -474,8 +536,12 @@ class IncrementalSnapshots:
         self._attempts.clear()
         self._keys[target.table.oid] = target.key
         self._wait_commit_tails(conn)
-        log.info("incremental snapshot of %s by (%s) from %s", target.table.qualified_name,
-                 ", ".join(target.key), job.after or job.from_key or "the start")
+        if target.key:
+            log.info("incremental snapshot of %s by (%s) from %s", target.table.qualified_name,
+                     ", ".join(target.key), job.after or job.from_key or "the start")
+        else:
+            log.info("incremental snapshot of %s: no key, read whole under a SHARE lock",
+                     target.table.qualified_name)
         return target
 
     def _wait_commit_tails(self, conn: Conn, warn_after: float = 60.0) -> None:
@@ -578,10 +644,52 @@ class IncrementalSnapshots:
             pending = bool(self._again)
         return cancelled or (ranged < self.chunk_size and not pending), target
 
+    def _read_whole(self, conn: Conn, job: Job, target: _Target) -> tuple[bool, _Target]:
+        """A table without a key, read whole in one transaction: the SHARE lock (every
+        writer of the table has ended, none can commit until this transaction does), LOW
+        (the first query: the snapshot), every row, HIGH; then wait until the main loop
+        wrote them (a truncate first) and they are durable.  True when done; False when a
+        streamed change overlapped the read (the next call reads it again) or on stop."""
+        number = job.chunks
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
+                    sql.Identifier(target.table.schema, target.table.name)))
+                low = self._emit_mark(conn, "low", number)
+                row = conn.execute("SELECT pg_catalog.pg_current_snapshot()::text").fetchone()
+                assert row is not None
+                snapshot = Visibility.parse(str(row[0]))
+                commit_time = now_pg_micros()
+                target = self._again_resolved(conn, job, target)
+                decode = target.decoder.decode
+                rows: list[Row] = []
+                with conn.cursor() as cur, cur.copy(whole_query(target)) as copy:
+                    for raw in copy.rows():
+                        rows.append(decode(raw)[0])
+                chunk = Chunk(number, target, rows, [], [], [], snapshot, low, commit_time,
+                              whole=True)
+                self._chunk = chunk  # before HIGH exists: the main loop always finds it
+                self._emit_mark(conn, "high", number)  # still holding the lock
+        finally:
+            conn.isolation_level = None
+        while not chunk.durable.wait(0.2):
+            if self._stop.is_set():
+                return False, target
+            self._emit_mark(conn, "tick", number)
+        if chunk.retry:
+            return False, target
+        with self._lock:
+            job.chunks += 1
+            job.rows += len(rows)
+            if job in self.state.jobs:
+                self.store.save(self.state)
+        return True, target
+
     def _again_resolved(self, conn: Conn, job: Job, target: _Target) -> _Target:
         """The table as the chunk's snapshot sees it: a new version after DDL (the key must
         stay the same: the keys recorded so far are in its terms)."""
-        current = resolve(conn, self.publication, job)
+        current = resolve(conn, self.publication, job, whole=_whole(job))
         if current.table.version == target.table.version:
             return target
         if current.key != target.key or current.table.oid != target.table.oid:
@@ -630,6 +738,13 @@ class IncrementalSnapshots:
                 self.state.apply(str(kind), data if isinstance(data, dict) else {})
                 self.state.signal_id = int(signal_id)
             self.store.save(self.state)
+
+def _whole(job: Job) -> bool:
+    """Whether the job may read a table without a key whole (under a SHARE lock): only a
+    table pgcdc reads again after a DDL changed its rows (the job names its OID), never one
+    an operator signalled (no lock is taken unasked)."""
+    return job.oid is not None and not job.surrogate_key
+
 
 def _holds(conn: Conn, job: Job) -> bool:
     """Whether the job's name still names the table (OID) it was requested for."""

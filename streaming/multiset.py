@@ -19,8 +19,10 @@ How a micro-batch is applied (:func:`apply_multiset`; :func:`net_changes` and
    ``<commit_lsn>/<ordinal>`` of the newest change applied) and after its newest truncate
    (``pgcdc.truncatedAt``), each position once, are turned into steps on a content: an
    insert is +1 of its after image, a delete -1 of its before image (the whole old row
-   under FULL), an update both; a read of the initial load +1, any other read (an
-   incremental snapshot's) "at least one"; an unchanged TOASTed column of an update's after
+   under FULL), an update both; a read of the initial load +1, and so is a read of a table
+   read whole (at the commit LSN of the newest truncate: pgcdc writes a truncate at
+   ``(p, 0)`` and the rows at ``(p, 1..n)``); any other read (an incremental snapshot's)
+   "at least one"; an unchanged TOASTed column of an update's after
    image takes the before image's value (PostgreSQL never leaves one out of a FULL before
    image);
 3. a truncate in the batch is recorded, the rows older than it are deleted (as the keyed
@@ -48,13 +50,13 @@ read above it is a duplicate if a lake row carries its position: each new occurr
 carries the position of the image that added it (each read's is unique), and until a
 change is applied no row of a read has gone.
 
-Not handled: an incremental snapshot's read says only that its row is there, so a row the
-lake holds with other values (a DDL rewrote it) stays beside it (a keyless table has no
-key to replace it by); the reads of a resumed initial load that reads a row again (a chunk done in
-an earlier generation re-reads its rows with a recent xmin, under new positions) count
-twice, as no key tells them apart; an update or delete written under an earlier version
-of the table without REPLICA IDENTITY FULL (its old row is the key alone) matches no
-content and changes nothing.
+Not handled: an incremental snapshot's read of a keyless table not read whole says only that
+its row is there, so a row the lake holds with other values stays beside it (pgcdc reads a
+keyless table whose rows a DDL changed whole, truncate first); the reads of a resumed
+initial load that reads a row again (a chunk done in an earlier generation re-reads its rows
+with a recent xmin, under new positions) count twice, as no key tells them apart; an update
+or delete written under an earlier version of the table without REPLICA IDENTITY FULL (its
+old row is the key alone) matches no content and changes nothing.
 """
 
 from __future__ import annotations
@@ -150,9 +152,11 @@ class NetChanges:
     loaded: int | None  # the commit LSN of the initial load's reads
 
 
-def images(event: Event, *, loaded: int | None = None) -> list[tuple[Row, int]]:
+def images(event: Event, *, loaded: int | None = None,
+           whole: int | None = None) -> list[tuple[Row, int]]:
     """The steps of one event: (after, +1) for c and u, (before, -1) for u and d; a read is
-    +1 if it is the initial load's (at ``loaded``), else :data:`ENSURE`."""
+    +1 if it is the initial load's (at ``loaded``) or a whole read's (at ``whole``, the
+    newest truncate's commit LSN), else :data:`ENSURE`."""
     out: list[tuple[Row, int]] = []
     if event.op in ("u", "d"):
         if event.before is None:
@@ -165,7 +169,8 @@ def images(event: Event, *, loaded: int | None = None) -> list[tuple[Row, int]]:
         if event.unchanged and event.before is not None:
             after = tuple(event.before[i] if i in event.unchanged else v
                           for i, v in enumerate(after))
-        out.append((after, ENSURE if event.op == "r" and event.position[0] != loaded else 1))
+        counted = event.position[0] in (loaded, whole)
+        out.append((after, ENSURE if event.op == "r" and not counted else 1))
     return out
 
 
@@ -185,10 +190,12 @@ def net_changes(events: Iterable[Event], applied: Position | None,
     if loaded is None and applied is None and first_read is not None and (
             first_change is None or first_read < first_change):
         loaded = first_read[0]
+    newest_truncate = truncate or truncated
+    whole = None if newest_truncate is None else newest_truncate[0]
     counts: dict[Row, Count] = {}
     for event in fresh:
         if truncate is None or event.position > truncate:
-            for row, step in images(event, loaded=loaded):
+            for row, step in images(event, loaded=loaded, whole=whole):
                 counts[row] = counts.get(row, Count()).then(step)
     newest = max((e.position for e in fresh if e.op != "r"), default=None)
     return NetChanges(truncate, {r: c for r, c in counts.items() if c != Count()},
@@ -304,7 +311,8 @@ def _null_safe(left: Any, right: Any, names: list[str]) -> Any:
 
 
 def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
-                  bounds: tuple[str, str, str] | None = None, loaded: int | None = None) -> Any:
+                  bounds: tuple[str, str, str] | None = None, loaded: int | None = None,
+                  whole: int | None = None) -> Any:
     """Rows to delete (``_kind`` 'd': one occurrence, or with ``_whole`` every row of the
     content) and to insert ('i'), from the batch's events ``rows`` (in the shape of
     :func:`_signed_images`, already left out what the watermark and a truncate cover):
@@ -313,7 +321,8 @@ def _merge_source(spark: Any, path: str, rows: Any, spec: TableSpec,
     from pyspark.sql import functions as F
 
     contents = [name for name, _, _ in _contents(spec)]
-    load = "false" if loaded is None else f"{COMMIT_LSN} = {loaded}"
+    counted = [f"{COMMIT_LSN} = {lsn}" for lsn in (loaded, whole) if lsn is not None]
+    load = " OR ".join(counted) or "false"  # reads of the load or of a whole read: +1
     plus = rows.where("_op IN ('c', 'r', 'u')").selectExpr(
         "_after.*", f"CASE WHEN _op = 'r' AND NOT ({load}) THEN {ENSURE} ELSE 1 END AS _step",
         "1 AS _side", COMMIT_LSN, ORDINAL)
@@ -452,8 +461,9 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                    f"{spec.qualified_name} without the old row: which of identical rows "
                    "they changed is unknown; set REPLICA IDENTITY FULL before changing rows")
             raise MultisetError(msg)
+        newest_truncate = truncated
         if found["t"] is not None:
-            truncate = (int(found["t"][0]), int(found["t"][1]))
+            truncate = newest_truncate = (int(found["t"][0]), int(found["t"][1]))
             if truncated is None or truncate > truncated:
                 _record_truncate(spark, path, truncate)  # first: a retry still knows
             target.delete(_position(*truncate, "<"))
@@ -472,7 +482,8 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         affected = 0
         if found["changes"]:
             bounds = _bounds(spec, found)
-            source = _merge_source(spark, path, rows, spec, bounds, loaded)
+            source = _merge_source(spark, path, rows, spec, bounds, loaded,
+                                   None if newest_truncate is None else newest_truncate[0])
             with step("merge"), _idempotent_write(spark, idempotence):
                 metrics = _merge(target, source, spec, bounds).execute().collect()
             if metrics:

@@ -46,9 +46,8 @@ def test_the_lake_equals_the_source_after_random_programs(
                                                                     shrink=SHRINK))
 
 
-# Programs the model found, shrunk by hand, kept as they are.  Those marked xfail fail today
-# (issue 15, lake side): strict, so that the fix removes the mark.
-_KEYLESS = "issue 15.1: a keyless table's rows changed by DDL are only warned about"
+# Programs the model found, shrunk by hand, kept as they are.  One that fails today is
+# marked xfail strict (issue 15, lake side), so that the fix removes the mark.
 REGRESSIONS = {
     "prepared transaction with DDL": [
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
@@ -60,16 +59,14 @@ REGRESSIONS = {
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g",
         "ALTER TABLE t ADD COLUMN c int DEFAULT 7"],
-    "keyless table, constant default": pytest.param([
+    "keyless table, constant default": [
         "CREATE TABLE t (k int, a int)", "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t SELECT g % 3, g FROM generate_series(1, 6) g, generate_series(1, 2) n",
         "ALTER TABLE t ADD COLUMN c int DEFAULT 7"],
-        marks=pytest.mark.xfail(strict=True, reason=_KEYLESS)),
-    "keyless table, retype USING": pytest.param([
+    "keyless table, retype USING": [
         "CREATE TABLE t (k int, a int)", "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t SELECT g % 3, g FROM generate_series(1, 6) g",
         "ALTER TABLE t ALTER COLUMN a TYPE bigint USING a * 10"],
-        marks=pytest.mark.xfail(strict=True, reason=_KEYLESS)),
     "read again after a drop": pytest.param([
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g",
