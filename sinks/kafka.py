@@ -108,11 +108,18 @@ def topic_name(prefix: str, schema: str, table: str) -> str:
     names, and two names with a digest share one only if 128 bits of SHA-256 collide: no
     two tables share a topic, nor a key space.  (A table dropped and created again under
     its name is one name, one topic: its events say which table they belong to.)"""
+    return f"{prefix}.{table_name(schema, table)}"
+
+
+def table_name(schema: str, table: str) -> str:
+    """A table's name where only ``A-Z a-z 0-9 _ -`` and dots between parts may stand (a
+    topic, a lake table's folder), one table to one name: ``<schema>.<table>``, or with a
+    digest part when either name holds anything else (see :func:`topic_name`)."""
     if _PLAIN_NAME.fullmatch(schema) and _PLAIN_NAME.fullmatch(table):
-        return f"{prefix}.{schema}.{table}"
+        return f"{schema}.{table}"
     digest = hashlib.sha256(json.dumps([schema, table]).encode()).hexdigest()[:_DIGEST_LENGTH]
-    return ".".join([prefix, _ILLEGAL_TOPIC_CHARS.sub("_", schema),
-                     _ILLEGAL_TOPIC_CHARS.sub("_", table), digest])
+    return ".".join([_ILLEGAL_TOPIC_CHARS.sub("_", schema), _ILLEGAL_TOPIC_CHARS.sub("_", table),
+                     digest])
 
 
 def _quoted(schema: str, table: str) -> str:

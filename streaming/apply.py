@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sinks.kafka import table_name
 from streaming import ownership
 from streaming.catalog import LakeCatalog
 from streaming.evolution import (
@@ -67,7 +67,6 @@ ENVELOPE_SCHEMA = (
     "table_version: STRING, schema: STRING, table: STRING>"
 )
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class CatalogMismatchError(Exception):
@@ -75,7 +74,10 @@ class CatalogMismatchError(Exception):
 
 
 def table_path(lake: str, spec: TableSpec) -> str:
-    return f"{lake.rstrip('/')}/{_SAFE.sub('_', spec.schema)}.{_SAFE.sub('_', spec.name)}"
+    """The lake table of a source table, one folder per name (``sinks.kafka.table_name``,
+    as its topic): ``<lake>/<schema>.<table>``, with a digest part when a name holds more
+    than ``A-Z a-z 0-9 _ -``, so that no two names share a folder."""
+    return f"{lake.rstrip('/')}/{table_name(spec.schema, spec.name)}"
 
 
 _HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"

@@ -106,10 +106,6 @@ class _NoSink:
         raise AssertionError(f"prepare() must not use the sink ({name})")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15.6, lake side: streaming/apply.py table_path "
-                   "writes every character but A-Z a-z 0-9 _ . - as _, so public.\"orders dot\" "
-                   "and public.orders_dot share a lake table (and schema a.b table c, schema a "
-                   "table b.c both write a.b.c)")
 def test_tables_named_alike_never_share_a_lake_table(
         pg_server: PostgresServer, kafka_servers: str, spark: Any, tmp_path: Path) -> None:
     program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))

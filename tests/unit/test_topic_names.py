@@ -63,3 +63,18 @@ def test_the_pattern_matches_no_topic_of_the_catalog() -> None:
     for topic in (catalog_topic("pgcdc"), catalog_history_topic("pgcdc"), "pgcdc._messages",
                   "pgcdc._transactions", "pgcdc.public.t.123", "pgcdc.public.t.x.y"):
         assert not re.fullmatch(pattern, topic), topic
+
+
+def test_lake_tables_are_one_folder_per_name() -> None:
+    """The lake's folders follow the topics' names: no two tables share one."""
+    from streaming.apply import table_path
+    from streaming.schema import TableSpec
+
+    def path(schema: str, name: str) -> str:
+        return table_path("file:///lake/", TableSpec(1, schema, name, "v", 0, "", ()))
+
+    assert path("public", "orders") == "file:///lake/public.orders"  # as before
+    names = [("public", "orders dot"), ("public", "orders_dot"), ("public", "orders.dot"),
+             ("a.b", "c"), ("a", "b.c"), ("a", "b_c"), ("a_b", "c")]
+    assert len({path(*n) for n in names}) == len(names)
+    assert path("public", "orders dot").startswith("file:///lake/public.orders_dot.")
