@@ -248,6 +248,25 @@ def _sink_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["avro", "json"],
                         help="Kafka value format: Avro with a writer schema per table version "
                              "(default), or Debezium-compatible JSON")
+    parser.add_argument("--json-mode", choices=["debezium", "pgcdc"],
+                        help="--format json's values: Debezium's encodings under the four "
+                             "options below (default), or pgcdc's own ISO strings (the JSON "
+                             "pgcdc's Spark job reads)")
+    parser.add_argument("--decimal-handling-mode", choices=["precise", "double", "string"],
+                        help="numeric and money in JSON, as Debezium's decimal.handling.mode "
+                             "(default precise)")
+    parser.add_argument("--time-precision-mode",
+                        choices=["adaptive", "adaptive_time_microseconds", "connect",
+                                 "isostring"],
+                        help="date, time and timestamp in JSON, as Debezium's "
+                             "time.precision.mode (default adaptive)")
+    parser.add_argument("--interval-handling-mode", choices=["numeric", "string"],
+                        help="interval in JSON, as Debezium's interval.handling.mode "
+                             "(default numeric)")
+    parser.add_argument("--binary-handling-mode",
+                        choices=["bytes", "base64", "base64-url-safe", "hex"],
+                        help="bytea in JSON, as Debezium's binary.handling.mode "
+                             "(default bytes)")
     parser.add_argument("--output", help="file for --sink jsonl (default stdout)")
 
 
@@ -544,6 +563,7 @@ def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
 def _sink(settings: Settings) -> Sink:
     sink: Sink
     cfg = settings.sink
+    json_options = cfg.json_options(settings.source.database())
     if cfg.kind == "kafka":
         if not cfg.bootstrap_servers:
             msg = ("--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS, or "
@@ -562,7 +582,8 @@ def _sink(settings: Settings) -> Sink:
                     topic_prefix=cfg.topic_prefix, transactional_id=cfg.transactional_id,
                     commit_interval_ms=cfg.commit_interval_ms, commit_events=cfg.commit_events,
                     value_format=cfg.format, tombstones=cfg.tombstones,
-                    transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config())
+                    transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config(),
+                    json_options=json_options)
             except KafkaException as exc:  # librdkafka refused a property of sink.kafka
                 msg = (f"config key 'sink.kafka' is not accepted by librdkafka: "
                        f"{exc.args[0].str()}; fix the property (CONFIGURATION.md of librdkafka "
@@ -572,7 +593,7 @@ def _sink(settings: Settings) -> Sink:
             sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
                              value_format=cfg.format, tombstones=cfg.tombstones,
                              transaction_topic=cfg.transaction_topic,
-                             client_config=cfg.kafka_config())
+                             client_config=cfg.kafka_config(), json_options=json_options)
         except KafkaException as exc:  # librdkafka refused a property of sink.kafka
             msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
                    "fix the property (CONFIGURATION.md of librdkafka lists them)")
@@ -583,7 +604,7 @@ def _sink(settings: Settings) -> Sink:
     elif cfg.kind == "jsonl":
         from sinks.jsonlines import JsonLinesSink
 
-        sink = JsonLinesSink(cfg.output)
+        sink = JsonLinesSink(cfg.output, options=json_options)
     else:
         from sinks.null import NullSink
 

@@ -26,7 +26,7 @@ import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import psycopg
 from psycopg import conninfo
@@ -42,6 +42,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pgcdc.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sinks.debezium_json import JsonOptions
 
 ENV_PREFIX = "PGCDC_"
 KAFKA_ENV_PREFIX = ENV_PREFIX + "KAFKA_"
@@ -147,6 +150,20 @@ class SourceSettings(_Section):
                                                     data["password_file"]))
         return data
 
+    def database(self) -> str:
+        """The database the DSN names, as libpq picks it: ``dbname``, else ``PGDATABASE``,
+        else the user name (``source.db`` of the JSON envelope)."""
+        options = conninfo.conninfo_to_dict(self.dsn.get_secret_value())
+        name = options.get("dbname")
+        if name and "=" not in str(name) and "://" not in str(name):
+            return str(name)
+        user = options.get("user") or os.environ.get("PGUSER")
+        if user is None:
+            import getpass
+
+            user = getpass.getuser()
+        return os.environ.get("PGDATABASE") or str(user)
+
     def conninfo(self) -> str:
         """The connection string to connect with (the password included)."""
         dsn = self.dsn.get_secret_value()
@@ -160,6 +177,15 @@ class SinkSettings(_Section):
     bootstrap_servers: str | None = None
     topic_prefix: str = Field(default="pgcdc", min_length=1)
     format: Literal["avro", "json"] = "avro"
+    # how format json writes values (sinks/debezium_json.py): Debezium's encodings under
+    # its four settings (defaults as Debezium's), or pgcdc's own ISO strings (json_mode
+    # pgcdc: the JSON pgcdc's Spark job reads)
+    json_mode: Literal["debezium", "pgcdc"] = "debezium"
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect",
+                                 "isostring"] = "adaptive"
+    interval_handling_mode: Literal["numeric", "string"] = "numeric"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
     tombstones: bool = True
     transaction_topic: bool = False
     output: str = "-"
@@ -174,6 +200,26 @@ class SinkSettings(_Section):
     @classmethod
     def _kafka_properties(cls, value: object) -> dict[str, str | SecretStr]:
         return kafka_properties(value)
+
+    @model_validator(mode="after")
+    def _json_modes(self) -> SinkSettings:
+        defaults = {"decimal_handling_mode": "precise", "time_precision_mode": "adaptive",
+                    "interval_handling_mode": "numeric", "binary_handling_mode": "bytes"}
+        if self.json_mode == "pgcdc":
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    _fail(f"sink.{name}", "applies to Debezium's encoding, not to json_mode "
+                                          "pgcdc: drop it or use json_mode debezium")
+        return self
+
+    def json_options(self, database: str) -> JsonOptions:
+        """How ``format json`` writes values, ``database`` as ``source.db``."""
+        from sinks.debezium_json import JsonOptions
+
+        return JsonOptions(mode=self.json_mode, decimal=self.decimal_handling_mode,
+                           time=self.time_precision_mode,
+                           interval=self.interval_handling_mode,
+                           binary=self.binary_handling_mode, database=database)
 
     def kafka_config(self) -> dict[str, str]:
         """The librdkafka properties to give the Kafka clients (secrets revealed)."""
@@ -284,6 +330,10 @@ class ServiceSettings(_Section):
     lag_interval: float = Field(default=5.0, gt=0)
     status_interval: float = Field(default=1.0, gt=0)
     heartbeat_interval: float = Field(default=0.0, ge=0)  # 0: off
+    # a stop (SIGTERM) waits this long for the sink; then pgcdc exits 4 saying what it left
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    max_retries: int = Field(default=0, ge=0)  # failures in a row before giving up; 0: never
+    retry_max_delay: float = Field(default=30.0, gt=0)  # the backoff's cap, seconds
 
 
 class LogSettings(_Section):
@@ -333,6 +383,12 @@ KEYS: tuple[_Key, ...] = (
     _Key(("sink", "bootstrap_servers"), "bootstrap_servers", "BOOTSTRAP_SERVERS"),
     _Key(("sink", "topic_prefix"), "topic_prefix", "TOPIC_PREFIX"),
     _Key(("sink", "format"), "format", "FORMAT"),
+    _Key(("sink", "json_mode"), "json_mode", "JSON_MODE"),
+    _Key(("sink", "decimal_handling_mode"), "decimal_handling_mode", "DECIMAL_HANDLING_MODE"),
+    _Key(("sink", "time_precision_mode"), "time_precision_mode", "TIME_PRECISION_MODE"),
+    _Key(("sink", "interval_handling_mode"), "interval_handling_mode",
+         "INTERVAL_HANDLING_MODE"),
+    _Key(("sink", "binary_handling_mode"), "binary_handling_mode", "BINARY_HANDLING_MODE"),
     _Key(("sink", "tombstones"), "no_tombstones", "TOMBSTONES", lambda value: not value),
     _Key(("sink", "transaction_topic"), "transaction_topic", "TRANSACTION_TOPIC"),
     _Key(("sink", "output"), "output", "OUTPUT"),
@@ -357,6 +413,10 @@ KEYS: tuple[_Key, ...] = (
     _Key(("service", "lag_interval"), None, "LAG_INTERVAL"),
     _Key(("service", "status_interval"), None, "STATUS_INTERVAL"),
     _Key(("service", "heartbeat_interval"), "heartbeat_interval", "HEARTBEAT_INTERVAL"),
+    _Key(("service", "shutdown_grace_seconds"), "shutdown_grace_seconds",
+         "SHUTDOWN_GRACE_SECONDS"),
+    _Key(("service", "max_retries"), "max_retries", "MAX_RETRIES"),
+    _Key(("service", "retry_max_delay"), "retry_max_delay", "RETRY_MAX_DELAY"),
     _Key(("log", "level"), "log_level", "LOG_LEVEL"),
     _Key(("log", "format"), "log_format", "LOG_FORMAT"),
 )

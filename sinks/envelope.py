@@ -1,41 +1,53 @@
-"""The JSON envelope of a change event, compatible with Debezium's PostgreSQL connector.
+"""The JSON envelope of a change event: Debezium's, in Debezium's encoding or pgcdc's.
 
-The value is Debezium's payload (``before``, ``after``, ``source``, ``op``,
-``ts_ms``) as emitted with ``value.converter.schemas.enable=false``, so
-Debezium consumers (Flink's ``debezium-json``, Kafka Connect's unwrap
-transform, Spark jobs) read it unchanged.  pgcdc adds, inside ``source``,
-``commit_lsn``, ``ordinal``, ``table_oid`` and ``table_version``, and at the top
-``unchanged``: the columns whose TOASTed value was not resent.
+The value is Debezium's payload as its ``JsonConverter`` writes it with
+``schemas.enable=false``: ``before``, ``after``, ``source``, ``op``, ``ts_ms``.  How
+column values are written depends on :class:`~sinks.debezium_json.JsonOptions`:
 
-Values map to JSON as Debezium maps them by default, with its string modes
-where the default would lose information:
+* ``mode="debezium"`` (``--format json``'s default): Debezium 3.6's encodings under its
+  ``decimal.handling.mode``, ``time.precision.mode``, ``interval.handling.mode`` and
+  ``binary.handling.mode`` (sinks/debezium_json.py says which value becomes what), so
+  that ``before``, ``after``, ``op`` and ``source`` equal Debezium's record for the
+  types Debezium and pgcdc both map (tests/unit/test_debezium_json.py and
+  tests/integration/test_debezium_json.py compare them with records Debezium 3.6.1
+  wrote).  ``source`` has Debezium's fields in Debezium's order (``version``
+  ``pgcdc-1`` and ``connector`` ``pgcdc`` name the producer; ``sequence`` is
+  ``["<commit LSN>","<LSN>"]``; ``txId`` is ``null`` for a read, which belongs to no
+  transaction; ``xmin``, ``origin`` and ``origin_lsn`` are ``null``), the top level
+  adds ``transaction`` (``null``), ``ts_us`` and ``ts_ns``.  Records carry the header
+  ``pgcdc.format: debezium-json``.
+* ``mode="pgcdc"`` (``--json-mode pgcdc``; what pgcdc's Spark job reads, header
+  ``pgcdc.format: json``): values as pgcdc writes them, no Debezium setting gives
+  these: numbers stay numbers (a float NaN or infinity as ``NaN``/``Infinity``, as
+  Python's json writes them); ``numeric`` and ``money`` are exact decimal strings
+  (``"NaN"``, ``"Infinity"`` included); dates, times and timestamps ISO 8601 strings
+  (a value Python cannot hold, ``infinity``, BC, year > 9999, is the server's text);
+  ``interval`` its ISO 8601 string as PostgreSQL prints it (``"P1Y2M3DT4H5M6.5S"``,
+  months and days kept apart); ``bytea`` base64; ``uuid`` a string; ``inet`` and
+  ``cidr`` PostgreSQL's text; json/jsonb, xml, bit strings, MAC addresses, text search
+  types and enum labels their text; ``pg_lsn`` a number.  ``source.txId`` is 0 for a
+  read.
 
-* numbers stay numbers (a float NaN or infinity as ``NaN``/``Infinity``, as
-  Python's json writes them); ``numeric`` and ``money`` are exact decimal
-  strings (``"NaN"``, ``"Infinity"`` included);
-* dates, times and timestamps are ISO 8601 strings; a value Python cannot hold
-  (``infinity``, BC, year > 9999) is the server's text;
-* ``interval`` is its ISO 8601 string as PostgreSQL prints it
-  (``"P1Y2M3DT4H5M6.5S"``, Debezium's ``interval.handling.mode=string``):
-  months and days are kept, not folded into microseconds;
-* ``bytea`` is base64; ``uuid`` is a string; ``inet`` and ``cidr`` are PostgreSQL's
-  text (``"192.168.0.1"``, ``"::ffff:1.2.3.4"``, ``"10.0.0.0/8"``); json/jsonb, xml,
-  bit strings, MAC addresses, text search types and enum labels are their text;
-  ``pg_lsn`` is a number;
-* a range is ``{"lower", "upper", "lower_inc", "upper_inc", "empty"}`` with
-  ``null`` for an unbounded side, a multirange is a list of those;
-* geometric values are objects of their fields: a point is ``{"x", "y"}``,
-  a line ``{"a", "b", "c"}``, a segment ``{"start", "end"}``, a box
-  ``{"high", "low"}``, a path ``{"points", "closed"}``, a polygon
-  ``{"points"}``, a circle ``{"center", "radius"}``;
-* arrays are (nested) lists; composites are objects of their fields.
+In both modes: a range is ``{"lower", "upper", "lower_inc", "upper_inc", "empty"}``
+with ``null`` for an unbounded side, a multirange a list of those; geometric values
+are objects of their fields (a point ``{"x", "y"}``, a line ``{"a", "b", "c"}``, a
+segment ``{"start", "end"}``, a box ``{"high", "low"}``, a path ``{"points",
+"closed"}``, a polygon ``{"points"}``, a circle ``{"center", "radius"}``); arrays are
+(nested) lists; composites objects of their fields (Debezium writes ranges as text and
+points with ``wkb``/``srid``: not followed).  ``source.db`` is the database name;
+``source.snapshot`` is ``"true"`` for every read (Debezium marks the first and last
+read of a snapshot ``first``/``last``: not done) and ``"false"`` otherwise.  pgcdc
+adds, inside ``source``, ``commit_lsn``, ``ordinal``, ``table_oid`` and
+``table_version``, and at the top ``unchanged``: the columns whose TOASTed value was
+not resent (absent from ``after`` in pgcdc's mode, Debezium's placeholder
+``__debezium_unavailable_value`` in Debezium's).
 
-Every mapping is a function of the value alone, so equal rows encode to equal
-bytes.
+Every mapping is a function of the value and its column's type alone, so equal rows
+encode to equal bytes.
 
-The key is a JSON object of the primary-key columns in key order.  JSON
-escapes every separator, quote and control character, so two different keys of
-one table never encode alike.
+The key is a JSON object of the primary-key columns in key order, encoded as the
+values are.  JSON escapes every separator, quote and control character, so two
+different keys of one table never encode alike.
 """
 
 from __future__ import annotations
@@ -53,6 +65,7 @@ from typing import Any
 from uuid import UUID
 
 from decoder.change import ChangeEvent, unix_millis
+from decoder.pgoutput import PG_EPOCH_OFFSET_US
 from decoder.values import (
     Box,
     Circle,
@@ -65,6 +78,7 @@ from decoder.values import (
     Range,
     inet_text,
 )
+from sinks.debezium_json import PGCDC_JSON, JsonOptions, RowConverter
 from snapshot_builder.catalog import TableVersion
 
 CONNECTOR = "pgcdc"
@@ -139,15 +153,19 @@ def _dumps(value: Any) -> str:
     return "".join(_c_encode(value, 0))
 
 
-def encode_key(event: ChangeEvent) -> bytes:
+def encode_key(event: ChangeEvent, options: JsonOptions = PGCDC_JSON) -> bytes:
     row = event.after if event.after is not None else event.before
     if row is None:
         return b"{}"
-    return _shape(event.table, "").key(row).encode()
+    return _shape(event.table, "", options).key(row).encode()
 
 
-def envelope(event: ChangeEvent, *, server_name: str, now_ms: int) -> dict[str, Any]:
+def envelope(event: ChangeEvent, *, server_name: str, now_ms: int,
+             options: JsonOptions = PGCDC_JSON) -> dict[str, Any]:
+    """The envelope of one event as a dict (what :func:`encode_value` writes)."""
     table = event.table
+    if options.mode == "debezium":
+        return _debezium_envelope(event, server_name, now_ms, options)
     return {
         "before": event.before,
         "after": event.after,
@@ -156,8 +174,8 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int) -> dict[str, 
             "connector": CONNECTOR,
             "name": server_name,
             "ts_ms": unix_millis(event.commit_time),
-            "snapshot": "false" if event.op != "r" else "true",
-            "db": "",
+            "snapshot": _snapshot_of(event),
+            "db": options.database,
             "schema": table.schema,
             "table": table.name,
             "txId": event.xid,
@@ -179,13 +197,15 @@ class _Shape:
     The text is what ``_dumps(envelope(...))`` gives, cut where the event's own values go.
     """
 
-    __slots__ = ("server_name", "source", "snapshot", "read_snapshot", "tail", "key_names")
+    __slots__ = ("server_name", "database", "source", "snapshot", "read_snapshot", "tail",
+                 "key_names")
 
-    def __init__(self, table: TableVersion, server_name: str) -> None:
+    def __init__(self, table: TableVersion, server_name: str, database: str) -> None:
         self.server_name = server_name
+        self.database = database
         self.source = (',"source":{"version":"pgcdc-1","connector":' + _dumps(CONNECTOR)
                        + ',"name":' + _dumps(server_name) + ',"ts_ms":')
-        constant = ',"db":"","schema":' + _dumps(table.schema) + ',"table":' \
+        constant = ',"db":' + _dumps(database) + ',"schema":' + _dumps(table.schema) + ',"table":' \
             + _dumps(table.name) + ',"txId":'
         self.snapshot = ',"snapshot":"false"' + constant
         self.read_snapshot = ',"snapshot":"true"' + constant
@@ -204,7 +224,8 @@ class _Shape:
         commit_lsn, ordinal, commit_time = event.commit_lsn, event.ordinal, event.commit_time
         if not (type(xid) is type(lsn) is type(commit_lsn) is type(ordinal)
                 is type(commit_time) is type(now_ms) is int):
-            return _dumps(envelope(event, server_name=self.server_name, now_ms=now_ms))
+            return _dumps(envelope(event, server_name=self.server_name, now_ms=now_ms,
+                                   options=JsonOptions(mode="pgcdc", database=self.database)))
         # an int's JSON text is its str(); a bool or other int type took the path above
         return "".join((
             '{"before":', "null" if before is None else _dumps(before),
@@ -218,19 +239,121 @@ class _Shape:
         ))
 
 
-_SHAPES: dict[tuple[int, str, str, str], _Shape] = {}
+def _snapshot_of(event: ChangeEvent) -> str:
+    return "false" if event.op != "r" else "true"
 
 
-def _shape(table: TableVersion, server_name: str) -> _Shape:
-    found = _SHAPES.get((table.oid, table.layout, table.meta, server_name))
+def _debezium_envelope(event: ChangeEvent, server_name: str, now_ms: int,
+                       options: JsonOptions) -> dict[str, Any]:
+    table = event.table
+    rows = RowConverter(table, options)
+    commit_us = event.commit_time + PG_EPOCH_OFFSET_US
+    return {
+        "before": None if event.before is None else rows.convert(event.before),
+        "after": None if event.after is None else rows.convert(event.after, event.unchanged),
+        "source": {
+            "version": "pgcdc-1",
+            "connector": CONNECTOR,
+            "name": server_name,
+            "ts_ms": unix_millis(event.commit_time),
+            "snapshot": _snapshot_of(event),
+            "db": options.database,
+            "sequence": f'["{event.commit_lsn}","{event.lsn}"]',
+            "ts_us": commit_us,
+            "ts_ns": commit_us * 1000,
+            "schema": table.schema,
+            "table": table.name,
+            "txId": event.xid or None,
+            "lsn": event.lsn,
+            "xmin": None,
+            "origin": None,
+            "origin_lsn": None,
+            "commit_lsn": event.commit_lsn,
+            "ordinal": event.ordinal,
+            "table_oid": table.oid,
+            "table_version": table.version,
+        },
+        "transaction": None,
+        "op": event.op,
+        "ts_ms": now_ms,
+        "ts_us": now_ms * 1000,
+        "ts_ns": now_ms * 1_000_000,
+        "unchanged": list(event.unchanged),
+    }
+
+
+class _DebeziumShape:
+    """As :class:`_Shape`, for Debezium's encoding (sinks/debezium_json.py): the text is
+    what ``_dumps(envelope(..., options=options))`` gives."""
+
+    __slots__ = ("server_name", "options", "rows", "keys", "source", "names", "tail")
+
+    def __init__(self, table: TableVersion, server_name: str, options: JsonOptions) -> None:
+        self.server_name = server_name
+        self.options = options
+        self.rows = RowConverter(table, options)
+        converters = dict(self.rows.columns)
+        self.keys = tuple((c.name, ("{" if i == 0 else ",") + _dumps(c.name) + ":",
+                           converters.get(c.name)) for i, c in enumerate(table.key_columns))
+        self.source = (',"source":{"version":"pgcdc-1","connector":' + _dumps(CONNECTOR)
+                       + ',"name":' + _dumps(server_name) + ',"ts_ms":')
+        self.names = (',"schema":' + _dumps(table.schema) + ',"table":' + _dumps(table.name)
+                      + ',"txId":')
+        self.tail = (',"xmin":null,"origin":null,"origin_lsn":null,"commit_lsn":',
+                     ',"table_oid":' + _dumps(table.oid) + ',"table_version":'
+                     + _dumps(table.version) + '},"transaction":null,"op":')
+
+    def key(self, row: dict[str, Any]) -> str:
+        if not self.keys:
+            return "{}"
+        parts = []
+        for name, prefix, convert in self.keys:
+            value = row.get(name)
+            parts.append(prefix + _dumps(value if convert is None or value is None
+                                         else convert(value)))
+        return "".join(parts) + "}"
+
+    def value(self, event: ChangeEvent, now_ms: int) -> str:
+        before, after, xid, lsn = event.before, event.after, event.xid, event.lsn
+        commit_lsn, ordinal, commit_time = event.commit_lsn, event.ordinal, event.commit_time
+        if not (type(xid) is type(lsn) is type(commit_lsn) is type(ordinal)
+                is type(commit_time) is type(now_ms) is int):
+            return _dumps(_debezium_envelope(event, self.server_name, now_ms, self.options))
+        rows = self.rows
+        commit_us = commit_time + PG_EPOCH_OFFSET_US
+        now_us = now_ms * 1000
+        return "".join((
+            '{"before":', "null" if before is None else _dumps(rows.convert(before)),
+            ',"after":', "null" if after is None
+            else _dumps(rows.convert(after, event.unchanged)),
+            self.source, str(commit_us // 1000),
+            ',"snapshot":"', _snapshot_of(event), '","db":', _dumps(self.options.database),
+            ',"sequence":"[\\"', str(commit_lsn), '\\",\\"', str(lsn), '\\"]"',
+            ',"ts_us":', str(commit_us), ',"ts_ns":', str(commit_us * 1000),
+            self.names, str(xid) if xid else "null", ',"lsn":', str(lsn),
+            self.tail[0], str(commit_lsn), ',"ordinal":', str(ordinal), self.tail[1],
+            _dumps(event.op), ',"ts_ms":', str(now_ms), ',"ts_us":', str(now_us),
+            ',"ts_ns":', str(now_us * 1000),
+            ',"unchanged":', _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
+        ))
+
+
+_SHAPES: dict[tuple[int, str, str, str, JsonOptions], _Shape | _DebeziumShape] = {}
+
+
+def _shape(table: TableVersion, server_name: str,
+           options: JsonOptions) -> _Shape | _DebeziumShape:
+    key = (table.oid, table.layout, table.meta, server_name, options)
+    found = _SHAPES.get(key)
     if found is None:
-        found = _SHAPES[(table.oid, table.layout, table.meta, server_name)] = _Shape(
-            table, server_name)
+        found = _SHAPES[key] = _Shape(table, server_name, options.database) \
+            if options.mode == "pgcdc" else _DebeziumShape(table, server_name, options)
     return found
 
 
-def encode_value(event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
-    return _shape(event.table, server_name).value(event, now_ms).encode()
+def encode_value(event: ChangeEvent, *, server_name: str, now_ms: int,
+                 options: JsonOptions = PGCDC_JSON) -> bytes:
+    return _shape(event.table, server_name, options).value(event, now_ms).encode()
 
 
 _TEXTS: dict[type, Callable[[Any], str]] = {}
@@ -261,28 +384,36 @@ def text_of(value: Any) -> str:
 
 
 class JsonEncoder:
-    """Keys and values of change events as JSON (the Debezium envelope above)."""
+    """Keys and values of change events as JSON: the envelope above, its values in
+    Debezium's encoding (sinks/debezium_json.py) or pgcdc's (``options.mode``)."""
 
-    format = "json"
+    def __init__(self, options: JsonOptions = PGCDC_JSON) -> None:
+        self.options = options
+        self.format = options.header  # the pgcdc.format header: json or debezium-json
 
     def schemas(self, table: TableVersion) -> dict[str, str]:
         return {}
 
     def key(self, event: ChangeEvent) -> bytes:
-        return encode_key(event)
+        return encode_key(event, self.options)
 
     def value(self, event: ChangeEvent, *, server_name: str, now_ms: int) -> bytes:
-        return encode_value(event, server_name=server_name, now_ms=now_ms)
+        return encode_value(event, server_name=server_name, now_ms=now_ms,
+                            options=self.options)
 
     def encode(self, event: ChangeEvent, *, server_name: str,
                now_ms: int) -> tuple[bytes, bytes]:
         """The key and the value of one event."""
-        return encode_key(event), encode_value(event, server_name=server_name, now_ms=now_ms)
+        return self.key(event), self.value(event, server_name=server_name, now_ms=now_ms)
 
     def encoder_for(self, table: TableVersion,
                     server_name: str) -> Callable[[ChangeEvent, int], tuple[bytes, bytes]]:
         """:meth:`encode` for the events of one table version."""
+        shape = _shape(table, server_name, self.options)
+        key_shape = _shape(table, "", self.options)
+
         def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
-            return encode_key(event), encode_value(event, server_name=server_name,
-                                                   now_ms=now_ms)
+            row = event.after if event.after is not None else event.before
+            key = b"{}" if row is None else key_shape.key(row).encode()
+            return key, shape.value(event, now_ms).encode()
         return encode

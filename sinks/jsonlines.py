@@ -1,4 +1,5 @@
-"""JSON lines to stdout or a file: one Debezium-style envelope per line.
+"""JSON lines to stdout or a file: one envelope per line (sinks/envelope.py), its values
+encoded as ``options`` says (sinks/debezium_json.py; pgcdc's own encoding by default).
 
 Durable means written and flushed to the operating system (and fsynced for a
 file) at the end of each transaction.
@@ -14,15 +15,18 @@ from typing import IO
 
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
+from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import encode_value
 from snapshot_builder.catalog import TableVersion
 
 
 class JsonLinesSink:
-    def __init__(self, path: str | None = None, *, server_name: str = "pgcdc") -> None:
+    def __init__(self, path: str | None = None, *, server_name: str = "pgcdc",
+                 options: JsonOptions = PGCDC_JSON) -> None:
         self._own = path not in (None, "-")
         self._out: IO[bytes] = open(path, "ab") if path not in (None, "-") else sys.stdout.buffer  # noqa: SIM115
         self._server_name = server_name
+        self._options = options
         self._durable: int | None = None
 
     def publish_table(self, table: TableVersion, lsn: int) -> None:
@@ -34,7 +38,8 @@ class JsonLinesSink:
 
     def write(self, event: ChangeEvent) -> None:
         now_ms = int(time.time() * 1000)
-        self._out.write(encode_value(event, server_name=self._server_name, now_ms=now_ms) + b"\n")
+        self._out.write(encode_value(event, server_name=self._server_name, now_ms=now_ms,
+                                     options=self._options) + b"\n")
 
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
                       xid: int | None) -> None:

@@ -41,6 +41,7 @@ from pgcdc import failpoints
 from pgcdc.errors import ConfigError, TerminalError, TransientError
 from sinks.acks import AckTracker, DeliveryError
 from sinks.avro import AvroEncoder
+from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import JsonEncoder
 from snapshot_builder.catalog import TableVersion
 
@@ -75,11 +76,11 @@ _Route = tuple[TableVersion, str, list[tuple[str, str | bytes | None]],
 """A table version, its topic, its events' headers and their encoder."""
 
 
-def _encoder(value_format: str) -> Encoder:
+def _encoder(value_format: str, json_options: JsonOptions | None) -> Encoder:
     if value_format == "avro":
         return AvroEncoder()
     if value_format == "json":
-        return JsonEncoder()
+        return JsonEncoder(PGCDC_JSON if json_options is None else json_options)
     msg = f"unknown value format {value_format!r}: choose avro or json"
     raise ConfigError(msg)
 
@@ -149,13 +150,16 @@ class KafkaSink:
                  value_format: str = "avro", tombstones: bool = True,
                  transaction_topic: bool = False,
                  producer_config: dict[str, Any] | None = None,
-                 client_config: dict[str, str] | None = None) -> None:
+                 client_config: dict[str, str] | None = None,
+                 json_options: JsonOptions | None = None) -> None:
+        # json_options: how value_format json writes values (sinks/debezium_json.py);
+        # None is pgcdc's own encoding, which pgcdc's Spark job reads
         self.bootstrap_servers = bootstrap_servers
         self.prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.tombstones = tombstones
-        self.encoder: Encoder = _encoder(value_format)
+        self.encoder: Encoder = _encoder(value_format, json_options)
         self._format_header = ("pgcdc.format", self.encoder.format.encode())
         # client_config: security and connection properties (sink.kafka) for every client
         base: dict[str, str | int | float | bool] = {**(client_config or {}),
