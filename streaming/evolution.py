@@ -23,17 +23,12 @@ import logging
 import re
 from typing import Any
 
-from pgcdc.errors import TerminalError
 from streaming.schema import TEXT, TEXT_TYPE, TableSpec
 
 log = logging.getLogger(__name__)
 
 _INTEGERS = ["smallint", "int", "bigint"]
 _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
-
-
-class SchemaEvolutionError(TerminalError):
-    pass
 
 
 def quote(name: str) -> str:

@@ -33,10 +33,10 @@ def running(pipeline: Pipeline) -> Iterator[threading.Event]:
     assert not errors, errors
 
 
-def wait(predicate: Callable[[], object], timeout: float = 60) -> None:
+def wait(predicate: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
     """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(f"{what} not reached in {timeout} s")
         time.sleep(0.1)

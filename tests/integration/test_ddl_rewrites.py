@@ -24,6 +24,7 @@ from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
 from snapshot_builder.incremental import IncrementalSnapshots
 from streaming import job
+from tests.running import running, wait
 
 pytestmark = pytest.mark.spark
 
@@ -40,37 +41,19 @@ def _streaming(dsn: str, sink: KafkaSink, tmp_path: Path, tables: list[str], *,
                                        catalog_dir=tmp_path / "catalog"), sink,
                         incremental=snapshots)
     pipeline.prepare()
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pipeline.run(stop=stop)
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    if snapshots is not None:
-        snapshots.start()
-    try:
-        yield pipeline, snapshots
-    finally:
+    with running(pipeline):
         if snapshots is not None:
-            snapshots.stop()
-        stop.set()
-        thread.join(60)
-    assert not failure, failure
+            snapshots.start()
+        try:
+            yield pipeline, snapshots
+        finally:
+            if snapshots is not None:
+                snapshots.stop()
     assert snapshots is None or snapshots.error is None, snapshots.error
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 180) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    wait(condition, timeout, what)
 
 
 def _apply(spark: Any, servers: str, prefix: str, tmp_path: Path) -> str:
