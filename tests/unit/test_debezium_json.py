@@ -253,3 +253,28 @@ def test_time_precision_modes() -> None:
     assert kind(1114, -1, "adaptive") == 1_002_000
     assert kind(1114, -1, "connect") == 1002
     assert kind(1114, -1, "isostring") == "1970-01-01T00:00:01.002Z"
+
+
+def test_cli_options_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgcdc.cli import _parser
+    from pgcdc.config import load_settings
+    from pgcdc.errors import ConfigError
+
+    args = _parser().parse_args(["run", "--dsn", "host=db dbname=app", "--format", "json",
+                                 "--decimal-handling-mode", "string",
+                                 "--time-precision-mode", "connect",
+                                 "--interval-handling-mode", "string",
+                                 "--binary-handling-mode", "base64-url-safe"])
+    settings = load_settings(vars(args))
+    assert settings.sink.json_options(settings.source.database()) == JsonOptions(
+        decimal="string", time="connect", interval="string", binary="base64-url-safe",
+        database="app")
+    defaults = load_settings(vars(_parser().parse_args(["run", "--dsn", "dbname=x"])))
+    assert defaults.sink.json_options("x") == JsonOptions(database="x")
+    config = tmp_path / "pgcdc.toml"
+    config.write_text('[source]\ndsn = "dbname=app"\n[sink]\nformat = "json"\n'
+                      'json_mode = "pgcdc"\nbinary_handling_mode = "hex"\n')
+    with pytest.raises(ConfigError, match="sink.binary_handling_mode.*json_mode pgcdc"):
+        load_settings({}, config_file=config)
+    monkeypatch.setenv("PGCDC_BINARY_HANDLING_MODE", "bytes")
+    assert load_settings({}, config_file=config).sink.json_options("app").mode == "pgcdc"
