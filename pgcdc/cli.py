@@ -27,6 +27,7 @@ from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
 
 if TYPE_CHECKING:
+    from pgcdc.pipeline import Pipeline
     from sinks.sink import Sink
     from snapshot_builder.incremental import IncrementalSnapshots
 
@@ -114,6 +115,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds between heartbeats written into the WAL "
                           "(pg_logical_emit_message) and read back through the slot "
                           "(default 0: off)")
+    run.add_argument("--shutdown-grace-seconds", type=float,
+                     help="on SIGTERM/SIGINT, wait this long for Kafka to acknowledge what it "
+                          "holds (default 10); what it has not then is dropped, the slot "
+                          "stays at the durable position and pgcdc exits 4 saying so")
+    run.add_argument("--max-retries", type=int,
+                     help="failures in a row (PostgreSQL unreachable, a failed delivery) "
+                          "before giving up with exit 4 (default 0: retry forever, with "
+                          "exponential backoff)")
+    run.add_argument("--retry-max-delay", type=float,
+                     help="the longest wait between two attempts, seconds (default 30)")
     run.add_argument("--receive-timeout", type=float,
                      help="seconds without a message from the server after which the "
                           "replication connection counts as dead and is reconnected (like "
@@ -474,9 +485,11 @@ def _run(settings: Settings) -> int:
             msg = (f"cannot serve metrics on {service.metrics_host}:{service.metrics_port}: "
                    f"{exc.strerror}; choose another --metrics-port")
             raise ConfigError(msg) from None
+        shutdown_grace=service.shutdown_grace_seconds, max_retries=service.max_retries,
+        retry_max_delay=service.retry_max_delay,
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stopping)
     try:
         pipeline.prepare()
         if incremental is not None:
@@ -489,6 +502,12 @@ def _run(settings: Settings) -> int:
         if metrics is not None:
             metrics.close()
     return 0
+
+    def stopping(*_: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            _exit_after(service.shutdown_grace_seconds + _CLOSE_SECONDS, pipeline)
+
 
 
 def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
@@ -505,6 +524,30 @@ def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
 
 def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bool:
     """An interrupted initial load, with incremental snapshots on: the tables it did not finish
+_CLOSE_SECONDS = 5.0  # after the grace period: closing the sink and the connections
+
+
+def _exit_after(seconds: float, pipeline: Pipeline) -> None:
+    """The bound on a stop: if the process still runs ``seconds`` after the signal (a call into
+    the sink or the server blocks: a frozen broker, a blackholed link), it exits 4 from a
+    timer thread, saying so.  Progress stays consistent: it is stored (atomically) only
+    after the sink made it durable, so the slot is at the durable position."""
+    from decoder.lsn import format_lsn
+
+    def expire() -> None:
+        log.error("stopping took longer than %.0f s (blocked in the sink or the server); "
+                  "exiting now: what the sink had not acknowledged (%d events, and any table "
+                  "version being published) is dropped, the slot stays at %s, the durable "
+                  "position, and the next start sends it again", seconds,
+                  pipeline.sink.in_flight(), format_lsn(pipeline.progress.durable_lsn))
+        logging.shutdown()
+        os._exit(EXIT_TRANSIENT)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
     are queued as incremental snapshots and streaming starts at once from the slot's consistent
     point (docs/incremental-snapshot.md). False (the load resumes as usual) when there is no
     such load, or when its plan or its slot is not as the load left it."""

@@ -49,7 +49,7 @@ from decoder.transfer import choose_binary
 from pgcdc import failpoints
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
-from pgcdc.errors import PgcdcError, TerminalError
+from pgcdc.errors import PgcdcError, TerminalError, TransientError
 from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
 from pgcdc.row_decoders import RowDecoders
@@ -84,8 +84,12 @@ class PipelineConfig:
     spill_memory: int = 64 << 20  # bytes of pending transactions kept in memory
     spill_directory: str | None = None
     decoding_work_mem: str | None = None  # the walsender's logical_decoding_work_mem
-    reconnect_attempts: int = 10
-    reconnect_max_delay: float = 30.0
+    # failures in a row before run() gives up (a lost connection, a failed delivery); 0: never
+    max_retries: int = 0
+    retry_max_delay: float = 30.0  # the cap of the exponential backoff between attempts
+    # seconds a stop (SIGTERM) waits for the sink to make what it holds durable; what is
+    # still undelivered then is dropped (the slot stays at the durable position)
+    shutdown_grace: float = 10.0
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
     catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
     capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)
@@ -127,6 +131,7 @@ class Progress:
     errors: dict[str, int] = field(default_factory=dict)  # by exception class name
     heartbeats_sent: int = 0
     heartbeats_received: int = 0  # back through the slot (any pgcdc's, of this database)
+    undelivered_at_stop: int = 0  # events the sink still held when the grace period ended
     # tables whose rows a DDL changed without row changes in the WAL: read again
     # (an incremental snapshot was requested), or not followed (a warning said how)
     rewrites: dict[str, int] = field(default_factory=dict)
@@ -146,6 +151,27 @@ def _quoted(identifier: str) -> str:
 
 class OriginUnsupportedError(TerminalError):
     """The origin option was asked of a server older than PostgreSQL 16."""
+
+
+class ShutdownIncompleteError(TransientError):
+    """Stopping, the sink did not make everything durable within the grace period: what it
+    held was dropped, and the slot stays at the durable position (nothing is lost; the next
+    start sends it again)."""
+
+    def __init__(self, undelivered: int, grace: float, durable_lsn: int,
+                 cause: str | None = None) -> None:
+        why = f" ({cause})" if cause else ""
+        super().__init__(
+            f"stopped with {undelivered} events not acknowledged by the sink within the "
+            f"{grace:g} s grace period{why}; the slot stays at {format_lsn(durable_lsn)}, "
+            "the durable position, and the next start sends them again (nothing is lost); "
+            "check the sink, or raise --shutdown-grace-seconds")
+        self.undelivered = undelivered
+
+
+def retry_delay(attempt: int, cap: float) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...): 0.5 s doubling, at most ``cap``."""
+    return min(cap, 0.5 * 2.0 ** min(attempt - 1, 30))
 
 
 def protocol_for(server_version: int) -> int:
@@ -314,36 +340,62 @@ class Pipeline:
             on_progress: Callable[[Progress], None] | None = None) -> Progress:
         """Stream until ``stop`` is set or everything up to ``until_lsn`` is durable.
 
-        A lost connection or a failed delivery is retried with exponential backoff,
-        from the durable position, up to ``reconnect_attempts`` times in a row; after a
-        failed delivery the sink is reset first (a Kafka sink recreates its producer).
+        A lost connection (PostgreSQL unreachable included) or a failed delivery is retried
+        with capped exponential backoff (:func:`retry_delay`), from the durable position,
+        forever or up to ``max_retries`` failures in a row; after a failed delivery the sink
+        is reset first (a Kafka sink recreates its producer).  Each attempt is logged.
+
+        Stopping waits at most ``shutdown_grace`` seconds for the sink; what is not durable
+        then is dropped and :class:`ShutdownIncompleteError` says how much.
         """
         stop = stop or threading.Event()
         failures = 0
         durable_at_failure = -1
+        limit = self.config.max_retries
         while True:
             try:
                 self._session(stop, until_lsn, on_progress)
                 return self.progress
-            except (ConnectionLostError, DeliveryError) as exc:
+            except (ConnectionLostError, DeliveryError, psycopg.OperationalError) as exc:
                 self._count_error(exc)
+                failed = 0  # events a failed delivery drops (at least the one that failed)
                 if isinstance(exc, DeliveryError):
+                    failed = max(1, self.sink.in_flight())
                     self.sink.reset()
                 # count failures in a row: progress since the last one starts over
                 failures = 1 if self._acks.flushed > durable_at_failure else failures + 1
                 durable_at_failure = self._acks.flushed
-                if failures > self.config.reconnect_attempts:
+                if limit and failures > limit:
+                    log.error("giving up after %d failures in a row (--max-retries %d)",
+                              failures, limit)
                     raise
-                delay = min(self.config.reconnect_max_delay, 0.5 * 2 ** (failures - 1))
-                log.warning("%s; reconnecting in %.1f s (attempt %d of %d)", exc, delay,
-                            failures, self.config.reconnect_attempts)
+                delay = retry_delay(failures, self.config.retry_max_delay)
+                if not stop.is_set():
+                    log.warning("%s; reconnecting in %.1f s (attempt %d%s)",
+                                str(exc).strip(), delay, failures,
+                                f" of {limit}" if limit else ", retrying until stopped")
+                if stop.is_set() or stop.wait(delay):
+                    self._settle(str(exc).strip(), dropped=failed)
+                    return self.progress
                 self._reset_in_progress()
                 self.progress.reconnects += 1
-                if stop.wait(delay):
-                    return self.progress
             except PgcdcError as exc:
                 self._count_error(exc)
                 raise
+
+    def _settle(self, cause: str, *, dropped: int) -> None:
+        """Stopping without a session (it failed): the sink gets ``shutdown_grace`` seconds to
+        deliver what it still holds from the failed one; what it cannot is dropped, as are the
+        ``dropped`` events of a failed delivery."""
+        grace = self.config.shutdown_grace
+        deadline = time.monotonic() + grace
+        while self.sink.in_flight() and (remaining := deadline - time.monotonic()) > 0:
+            self.sink.flush(min(remaining, 0.5))
+        undelivered = self.sink.in_flight() + dropped
+        if undelivered:
+            self.progress.undelivered_at_stop = undelivered
+            self.sink.reset()  # closing the sink must not wait for it again
+            raise ShutdownIncompleteError(undelivered, grace, self._acks.flushed, cause)
 
     def _count_error(self, exc: Exception) -> None:
         kind = type(exc).__name__
@@ -388,8 +440,7 @@ class Pipeline:
                     last_report = now
                 if until_lsn is not None and self._acks.flushed >= until_lsn:
                     break
-            self.sink.flush(30)
-            self._send_status(stream, force=True)
+            self._drain(stream, stopping=stop.is_set())
             stream.finish()
         finally:
             self.progress.streaming = False
@@ -397,6 +448,37 @@ class Pipeline:
             if self._catalog_conn is not None:
                 self._catalog_conn.close()
                 self._catalog_conn = None
+
+    def _drain(self, stream: ReplicationConnection, *, stopping: bool) -> None:
+        """The end of a session: wait for the sink to make what it holds durable, confirming
+        as it goes, for at most ``shutdown_grace`` seconds when ``stopping`` (30 s once
+        ``until_lsn`` is durable).  What is not durable then is dropped: the sink is reset, so
+        that closing it does not wait again, and the slot stays at the durable position.
+        Stopping, that raises :class:`ShutdownIncompleteError`; past ``until_lsn`` it is only
+        what came after the target."""
+        grace = self.config.shutdown_grace if stopping else 30.0
+        deadline = time.monotonic() + grace
+        cause = None
+        while True:
+            try:
+                self._send_status(stream, force=True)  # raises the sink's delivery error
+            except DeliveryError as exc:
+                cause = str(exc.__cause__ or exc)
+                break
+            remaining = deadline - time.monotonic()
+            if self.sink.in_flight() == 0 or remaining <= 0:
+                break
+            self.sink.flush(min(remaining, 0.5))
+        undelivered = self.sink.in_flight()
+        if undelivered == 0 and cause is None:
+            return
+        durable = self._acks.flushed
+        self.sink.reset()
+        if not stopping:
+            log.info("until_lsn is durable; %d events after it are dropped", undelivered)
+            return
+        self.progress.undelivered_at_stop = undelivered
+        raise ShutdownIncompleteError(undelivered, grace, durable, cause)
 
     def _check_silence(self, stream: ReplicationConnection, heard: float) -> None:
         """Notice a replication connection that died without a reset (a firewall or NAT
