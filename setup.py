@@ -1,8 +1,9 @@
-"""Build of the compiled modules, decoder._fastrow, sinks._fastavro and sinks._loadfast
-(everything else is in pyproject.toml).
+"""Build of the compiled modules, decoder._fastrow, sinks._fastavro, sinks._fastjson and
+sinks._loadfast (everything else is in pyproject.toml).
 
-pgcdc works without them (decoder/tuples.py and sinks/avro.py fall back to the same loops in
-Python), so a machine without a C compiler still installs; `make setup` and CI build them.
+pgcdc works without them (decoder/tuples.py, sinks/avro.py and sinks/envelope.py fall back
+to the same loops in Python), so a machine without a C compiler still installs; `make setup`
+and CI build them.
 """
 
 from setuptools import Extension, setup
@@ -17,6 +18,7 @@ def _compiled(name: str, source: str, *depends: str) -> Extension:
 
 setup(ext_modules=[_compiled("decoder._fastrow", "decoder/_fastrow.c"),
                    _compiled("sinks._fastavro", "sinks/_fastavro.c", "sinks/_avrobuf.h"),
+                   _compiled("sinks._fastjson", "sinks/_fastjson.c"),
                    _compiled("sinks._loadfast", "sinks/_loadfast.c", "sinks/_avrobuf.h",
                              "sinks/_loadfast_rdkafka.h", "sinks/_loadfast_text.h",
                              "sinks/_loadfast_libpq.h")])

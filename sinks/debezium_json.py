@@ -488,6 +488,30 @@ def column_converter(column: Column, options: JsonOptions) -> _Convert | None:
     return type_converter(column.type_oid, column.typmod, options)
 
 
+# what sinks/_fastjson.c writes itself, by column (its K_* kinds), with an argument
+K_PLAIN, K_NUMERIC, K_DATE_DAYS, K_TIME_MICROS, K_TIME_MILLIS, K_TS_MICROS, K_TS_MILLIS, \
+    K_TSTZ, K_FLOAT, K_BASE64 = range(10)
+_KINDS: Final[dict[_Convert, int]] = {
+    epoch_days: K_DATE_DAYS, micro_time: K_TIME_MICROS, milli_time: K_TIME_MILLIS,
+    epoch_micros: K_TS_MICROS, epoch_millis: K_TS_MILLIS, float_value: K_FLOAT}
+
+
+def fast_kind(column: Column, options: JsonOptions) -> tuple[int, int]:
+    """How sinks/_fastjson.c writes the column's common values (the same text as
+    :func:`column_converter`'s converter and json): its kind and argument."""
+    oid, typmod = column.type_oid, column.typmod
+    if column.base_type is not None and column.base_type in _OID_OF_NAME:
+        oid, typmod = _OID_OF_NAME[column.base_type], column.base_typmod
+    if oid == NUMERIC and options.decimal == "precise" and typmod >= 4:
+        return K_NUMERIC, (typmod - 4) & 0xFFFF
+    if oid == TIMESTAMPTZ:
+        return K_TSTZ, 6 if typmod < 0 else typmod
+    if oid == BYTEA and options.binary in ("bytes", "base64"):
+        return K_BASE64, 0
+    convert = type_converter(oid, typmod, options)
+    return _KINDS.get(convert, K_PLAIN) if convert is not None else K_PLAIN, 0
+
+
 def _placeholder(column: Column, options: JsonOptions) -> Any:
     oid = _OID_OF_NAME.get(column.base_type or "", column.type_oid)
     if oid == BYTEA:

@@ -43,7 +43,9 @@ not resent (absent from ``after`` in pgcdc's mode, Debezium's placeholder
 ``__debezium_unavailable_value`` in Debezium's).
 
 Every mapping is a function of the value and its column's type alone, so equal rows
-encode to equal bytes.
+encode to equal bytes.  In Debezium's encoding, :meth:`JsonEncoder.encoder_for` writes each
+event with sinks/_fastjson.c when it is built (the same bytes: tests/unit/test_fastjson.py;
+``PGCDC_PURE_PYTHON=1`` turns it off).
 
 The key is a JSON object of the primary-key columns in key order, encoded as the
 values are.  JSON escapes every separator, quote and control character, so two
@@ -56,6 +58,7 @@ import base64
 import binascii
 import json
 import json.encoder
+import os
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from datetime import date, datetime, time
@@ -78,8 +81,8 @@ from decoder.values import (
     Range,
     inet_text,
 )
-from sinks.debezium_json import PGCDC_JSON, JsonOptions, RowConverter
-from snapshot_builder.catalog import TableVersion
+from sinks.debezium_json import PGCDC_JSON, JsonOptions, RowConverter, fast_kind
+from snapshot_builder.catalog import Column, TableVersion
 
 CONNECTOR = "pgcdc"
 
@@ -286,7 +289,7 @@ class _DebeziumShape:
     """As :class:`_Shape`, for Debezium's encoding (sinks/debezium_json.py): the text is
     what ``_dumps(envelope(..., options=options))`` gives."""
 
-    __slots__ = ("server_name", "options", "rows", "keys", "source", "names", "tail")
+    __slots__ = ("server_name", "options", "rows", "keys", "source", "names", "tail", "spec")
 
     def __init__(self, table: TableVersion, server_name: str, options: JsonOptions) -> None:
         self.server_name = server_name
@@ -302,6 +305,19 @@ class _DebeziumShape:
         self.tail = (',"xmin":null,"origin":null,"origin_lsn":null,"commit_lsn":',
                      ',"table_oid":' + _dumps(table.oid) + ',"table_version":'
                      + _dumps(table.version) + '},"transaction":null,"op":')
+        # what sinks/_fastjson.c's encode needs: the columns, the key's, the constant texts
+        placeholders = self.rows.placeholders
+
+        def column(prefix: str, c: Column) -> tuple[Any, ...]:
+            kind, arg = fast_kind(c, options)
+            return (prefix, c.name, kind, arg, converters[c.name], _dumps(placeholders[c.name]))
+        self.spec = (
+            tuple(column(("{" if i == 0 else ",") + _dumps(c.name) + ":", c)
+                  for i, c in enumerate(table.columns)),
+            tuple(column(prefix, c) for c, (_, prefix, _) in zip(table.key_columns, self.keys,
+                                                                  strict=True)),
+            (self.source, ',"db":' + _dumps(options.database) + ',"sequence":"[\\"',
+             self.names, self.tail[0], self.tail[1]))
 
     def key(self, row: dict[str, Any]) -> str:
         if not self.keys:
@@ -383,6 +399,25 @@ def text_of(value: Any) -> str:
     return convert(value)
 
 
+def _compiled() -> Any:
+    """sinks/_fastjson.c when built and not turned off (``PGCDC_PURE_PYTHON=1``)."""
+    if os.environ.get("PGCDC_PURE_PYTHON") == "1":
+        return None
+    try:
+        from sinks import _fastjson
+    except ImportError:  # not built: the Python path writes the same bytes
+        return None
+    if ChangeEvent._fields != ("op", "table", "before", "after", "unchanged", "commit_lsn",
+                               "lsn", "ordinal", "xid", "commit_time"):
+        msg = f"ChangeEvent's fields changed to {ChangeEvent._fields}: update sinks/_fastjson.c"
+        raise RuntimeError(msg)
+    _fastjson.init(Decimal, _dumps)
+    return _fastjson
+
+
+_fastjson = _compiled()
+
+
 class JsonEncoder:
     """Keys and values of change events as JSON: the envelope above, its values in
     Debezium's encoding (sinks/debezium_json.py) or pgcdc's (``options.mode``)."""
@@ -411,6 +446,17 @@ class JsonEncoder:
         """:meth:`encode` for the events of one table version."""
         shape = _shape(table, server_name, self.options)
         key_shape = _shape(table, "", self.options)
+        if _fastjson is not None and isinstance(shape, _DebeziumShape):
+            spec, compiled = shape.spec, _fastjson.encode
+
+            def encode_compiled(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
+                done = compiled(spec, event, now_ms)
+                if done is not None:
+                    return done  # type: ignore[no-any-return]
+                row = event.after if event.after is not None else event.before
+                key = b"{}" if row is None else key_shape.key(row).encode()
+                return key, shape.value(event, now_ms).encode()
+            return encode_compiled
 
         def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
             row = event.after if event.after is not None else event.before

@@ -1,0 +1,683 @@
+/*
+ * sinks._fastjson: a change event's JSON key and value in Debezium's encoding, compiled.
+ *
+ * sinks/envelope.py's _DebeziumShape builds the same text in Python: the envelope's
+ * constant parts (made once per table version and server name, handed in as `spec`),
+ * the event's numbers, and each image's columns converted as sinks/debezium_json.py
+ * says.  encode() writes the whole key and value here; the common values are written
+ * in C (None, bool, int, float, str, lists of those; and by the column's kind a
+ * numeric(p,s) Decimal in precise mode, a date as days, a time or timestamp as milli- or
+ * microseconds, a timestamptz in UTC as ISO 8601, bytea as base64).  Anything else goes
+ * through the column's Python converter and, for what C does not write, the Python
+ * encoder's own _dumps, so bytes and errors are those of the Python path.
+ * tests/unit/test_fastjson.py compares both paths.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *DecimalType;
+static PyObject *dumps;  /* sinks.envelope._dumps, set by init() */
+
+enum {
+    K_PLAIN, K_NUMERIC, K_DATE_DAYS, K_TIME_MICROS, K_TIME_MILLIS, K_TS_MICROS, K_TS_MILLIS,
+    K_TSTZ, K_FLOAT, K_BASE64
+};
+
+/* --- a growable buffer ----------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Buf;
+
+static int
+reserve(Buf *b, Py_ssize_t more)
+{
+    if (b->size + more <= b->capacity)
+        return 0;
+    Py_ssize_t capacity = b->capacity ? b->capacity : 256;
+    while (capacity < b->size + more)
+        capacity *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
+static int
+put(Buf *b, const char *text, Py_ssize_t size)
+{
+    if (reserve(b, size) < 0)
+        return -1;
+    memcpy(b->data + b->size, text, (size_t)size);
+    b->size += size;
+    return 0;
+}
+
+#define PUTS(b, text) put((b), (text), (Py_ssize_t)(sizeof(text) - 1))
+
+static int
+put_byte(Buf *b, char c)
+{
+    if (reserve(b, 1) < 0)
+        return -1;
+    b->data[b->size++] = c;
+    return 0;
+}
+
+static int
+put_utf8(Buf *b, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
+    if (data == NULL)
+        return -1;
+    return put(b, data, size);
+}
+
+static int
+put_ll(Buf *b, long long n)
+{
+    char digits[24];
+    int size = 0;
+    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+    do {
+        digits[size++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0)
+        digits[size++] = '-';
+    if (reserve(b, size) < 0)
+        return -1;
+    while (size)
+        b->data[b->size++] = digits[--size];
+    return 0;
+}
+
+static int
+put_fixed(Buf *b, long n, int width)
+{
+    if (reserve(b, width) < 0)
+        return -1;
+    for (int i = width - 1; i >= 0; i--) {
+        b->data[b->size + i] = (char)('0' + n % 10);
+        n /= 10;
+    }
+    b->size += width;
+    return 0;
+}
+
+/* Python's json string (ensure_ascii=False): quotes, backslash and control characters
+ * escaped, everything else as UTF-8 */
+static int
+put_json_str(Buf *b, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
+    if (data == NULL)
+        return -1;
+    if (reserve(b, size + 2) < 0)
+        return -1;
+    b->data[b->size++] = '"';
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        unsigned char c = (unsigned char)data[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (put(b, data + start, i - start) < 0)
+            return -1;
+        char escape[7];
+        int n = 2;
+        escape[0] = '\\';
+        switch (c) {
+        case '"': escape[1] = '"'; break;
+        case '\\': escape[1] = '\\'; break;
+        case '\n': escape[1] = 'n'; break;
+        case '\r': escape[1] = 'r'; break;
+        case '\t': escape[1] = 't'; break;
+        case '\b': escape[1] = 'b'; break;
+        case '\f': escape[1] = 'f'; break;
+        default:
+            snprintf(escape, sizeof escape, "\\u%04x", c);
+            n = 6;
+        }
+        if (put(b, escape, n) < 0)
+            return -1;
+        start = i + 1;
+    }
+    if (put(b, data + start, size - start) < 0)
+        return -1;
+    return put_byte(b, '"');
+}
+
+static int
+put_dumps(Buf *b, PyObject *value)
+{
+    PyObject *text = PyObject_CallOneArg(dumps, value);
+    if (text == NULL)
+        return -1;
+    int rc = put_utf8(b, text);
+    Py_DECREF(text);
+    return rc;
+}
+
+static int
+put_float(Buf *b, double x, int debezium)
+{
+    if (!isfinite(x)) {
+        const char *text = isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity";
+        if (debezium && put_byte(b, '"') < 0)
+            return -1;
+        if (put(b, text, (Py_ssize_t)strlen(text)) < 0)
+            return -1;
+        return debezium ? put_byte(b, '"') : 0;
+    }
+    char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return -1;
+    int rc = put(b, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return rc;
+}
+
+/* a value as Python's json writes it (what _dumps gives), natively where it can */
+static int
+put_native(Buf *b, PyObject *v, int depth)
+{
+    if (v == Py_None)
+        return PUTS(b, "null");
+    if (v == Py_True)
+        return PUTS(b, "true");
+    if (v == Py_False)
+        return PUTS(b, "false");
+    if (PyUnicode_CheckExact(v))
+        return put_json_str(b, v);
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow == 0) {
+            if (n == -1 && PyErr_Occurred())
+                return -1;
+            return put_ll(b, n);
+        }
+        return put_dumps(b, v);
+    }
+    if (PyFloat_CheckExact(v))
+        return put_float(b, PyFloat_AS_DOUBLE(v), 0);
+    if (PyList_CheckExact(v) && depth < 32) {
+        if (put_byte(b, '[') < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+            if (i && put_byte(b, ',') < 0)
+                return -1;
+            if (put_native(b, PyList_GET_ITEM(v, i), depth + 1) < 0)
+                return -1;
+        }
+        return put_byte(b, ']');
+    }
+    if (PyDict_CheckExact(v) && depth < 32) {
+        PyObject *key, *item;
+        Py_ssize_t pos = 0, start = b->size;
+        int first = 1;
+        if (put_byte(b, '{') < 0)
+            return -1;
+        while (PyDict_Next(v, &pos, &key, &item)) {
+            if (!PyUnicode_CheckExact(key)) {  /* keys of other types: as json writes them */
+                b->size = start;
+                return put_dumps(b, v);
+            }
+            if ((!first && put_byte(b, ',') < 0) || put_json_str(b, key) < 0
+                    || put_byte(b, ':') < 0 || put_native(b, item, depth + 1) < 0)
+                return -1;
+            first = 0;
+        }
+        return put_byte(b, '}');
+    }
+    return put_dumps(b, v);
+}
+
+/* --- values by column kind -------------------------------------------------------------- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int
+put_base64(Buf *b, const unsigned char *data, Py_ssize_t size)
+{
+    if (reserve(b, (size + 2) / 3 * 4 + 2) < 0)
+        return -1;
+    char *out = b->data + b->size;
+    *out++ = '"';
+    Py_ssize_t i = 0;
+    for (; i + 2 < size; i += 3) {
+        unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
+        *out++ = B64[v >> 18];
+        *out++ = B64[(v >> 12) & 63];
+        *out++ = B64[(v >> 6) & 63];
+        *out++ = B64[v & 63];
+    }
+    if (i < size) {
+        unsigned v = (unsigned)data[i] << 16 | (i + 1 < size ? (unsigned)data[i + 1] << 8 : 0);
+        *out++ = B64[v >> 18];
+        *out++ = B64[(v >> 12) & 63];
+        *out++ = i + 1 < size ? B64[(v >> 6) & 63] : '=';
+        *out++ = '=';
+    }
+    *out++ = '"';
+    b->size = out - b->data;
+    return 0;
+}
+
+/* 1: a numeric(p,s) Decimal written as its unscaled value's two's complement in base64;
+ * 0: not one C writes (special, too many digits, more decimal places than the scale) */
+static int
+put_numeric(Buf *b, PyObject *value, int scale)
+{
+    PyObject *text = PyObject_Str(value);
+    if (text == NULL)
+        return -1;
+    Py_ssize_t size;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &size);
+    if (s == NULL) {
+        Py_DECREF(text);
+        return -1;
+    }
+    unsigned __int128 u = 0;
+    int negative = 0, digits = 0, fraction = 0, seen_point = 0, exponent = 0, ok = 1;
+    Py_ssize_t i = 0;
+    if (i < size && (s[i] == '-' || s[i] == '+'))
+        negative = s[i++] == '-';
+    if (i >= size)
+        ok = 0;
+    for (; ok && i < size; i++) {
+        char c = s[i];
+        if (c >= '0' && c <= '9') {
+            if (digits >= 38) {
+                ok = 0;
+                break;
+            }
+            u = u * 10 + (unsigned)(c - '0');
+            if (u)
+                digits++;
+            if (seen_point)
+                fraction++;
+        } else if (c == '.' && !seen_point) {
+            seen_point = 1;
+        } else if (c == 'E' || c == 'e') {
+            char *end;
+            long e = strtol(s + i + 1, &end, 10);
+            if (end != s + size || e > 1000 || e < -1000)
+                ok = 0;
+            exponent = (int)e;
+            break;
+        } else {
+            ok = 0;  /* NaN, Infinity */
+        }
+    }
+    Py_DECREF(text);
+    if (!ok)
+        return 0;
+    int shift = scale - fraction + exponent;
+    for (; shift > 0; shift--) {
+        if (u > (((unsigned __int128)1) << 126) / 10)
+            return 0;
+        u *= 10;
+    }
+    for (; shift < 0; shift++) {
+        if (u % 10)
+            return 0;
+        u /= 10;
+    }
+    if (u >> 126)
+        return 0;
+    __int128 v = negative ? -(__int128)u : (__int128)u;
+    unsigned __int128 magnitude = v < 0 ? ~(unsigned __int128)v : (unsigned __int128)v;
+    int bits = 0;
+    while (magnitude) {
+        bits++;
+        magnitude >>= 1;
+    }
+    int n = bits / 8 + 1;
+    unsigned char bytes[17];
+    unsigned __int128 w = (unsigned __int128)v;
+    for (int k = n - 1; k >= 0; k--) {
+        bytes[k] = (unsigned char)(w & 0xFF);
+        w >>= 8;
+    }
+    return put_base64(b, bytes, n) < 0 ? -1 : 1;
+}
+
+static long long
+days_from_civil(int y, int m, int d)
+{
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static long long
+floor_div(long long a, long long b)
+{
+    long long q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+static long long
+time_micros(int h, int m, int s, int us)
+{
+    return ((long long)(h * 60 + m) * 60 + s) * 1000000LL + us;
+}
+
+static int
+put_fraction(Buf *b, int us, int width)
+{
+    if (width == 0) {  /* without trailing zeros, none for 0 */
+        if (us == 0)
+            return 0;
+        int n = 6;
+        while (us % 10 == 0) {
+            us /= 10;
+            n--;
+        }
+        return put_byte(b, '.') < 0 ? -1 : put_fixed(b, us, n);
+    }
+    if (put_byte(b, '.') < 0)
+        return -1;
+    char digits[6];
+    for (int i = 5; i >= 0; i--) {
+        digits[i] = (char)('0' + us % 10);
+        us /= 10;
+    }
+    return put(b, digits, width > 6 ? 6 : width);
+}
+
+/* 1 written, 0 not a value this kind writes in C, -1 error */
+static int
+put_kind(Buf *b, int kind, int arg, PyObject *v)
+{
+    switch (kind) {
+    case K_NUMERIC:
+        if (Py_TYPE(v) == (PyTypeObject *)DecimalType)
+            return put_numeric(b, v, arg);
+        return 0;
+    case K_DATE_DAYS:
+        if (PyDate_CheckExact(v))
+            return put_ll(b, days_from_civil(PyDateTime_GET_YEAR(v), PyDateTime_GET_MONTH(v),
+                                             PyDateTime_GET_DAY(v))) < 0 ? -1 : 1;
+        return 0;
+    case K_TIME_MICROS:
+    case K_TIME_MILLIS:
+        if (PyTime_CheckExact(v)) {
+            long long us = time_micros(PyDateTime_TIME_GET_HOUR(v), PyDateTime_TIME_GET_MINUTE(v),
+                                       PyDateTime_TIME_GET_SECOND(v),
+                                       PyDateTime_TIME_GET_MICROSECOND(v));
+            return put_ll(b, kind == K_TIME_MILLIS ? us / 1000 : us) < 0 ? -1 : 1;
+        }
+        return 0;
+    case K_TS_MICROS:
+    case K_TS_MILLIS:
+        if (PyDateTime_CheckExact(v) && PyDateTime_DATE_GET_TZINFO(v) == Py_None) {
+            long long us = days_from_civil(PyDateTime_GET_YEAR(v), PyDateTime_GET_MONTH(v),
+                                           PyDateTime_GET_DAY(v)) * 86400000000LL
+                + time_micros(PyDateTime_DATE_GET_HOUR(v), PyDateTime_DATE_GET_MINUTE(v),
+                              PyDateTime_DATE_GET_SECOND(v),
+                              PyDateTime_DATE_GET_MICROSECOND(v));
+            return put_ll(b, kind == K_TS_MILLIS ? floor_div(us, 1000) : us) < 0 ? -1 : 1;
+        }
+        return 0;
+    case K_TSTZ:
+        if (PyDateTime_CheckExact(v) && PyDateTime_DATE_GET_TZINFO(v) == PyDateTime_TimeZone_UTC) {
+            if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
+                    || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
+                    || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0
+                    || put_byte(b, 'T') < 0
+                    || put_fixed(b, PyDateTime_DATE_GET_HOUR(v), 2) < 0 || put_byte(b, ':') < 0
+                    || put_fixed(b, PyDateTime_DATE_GET_MINUTE(v), 2) < 0
+                    || put_byte(b, ':') < 0
+                    || put_fixed(b, PyDateTime_DATE_GET_SECOND(v), 2) < 0
+                    || put_fraction(b, PyDateTime_DATE_GET_MICROSECOND(v), arg) < 0
+                    || PUTS(b, "Z\"") < 0)
+                return -1;
+            return 1;
+        }
+        return 0;
+    case K_FLOAT:
+        if (PyFloat_CheckExact(v))
+            return put_float(b, PyFloat_AS_DOUBLE(v), 1) < 0 ? -1 : 1;
+        return 0;
+    case K_BASE64:
+        if (PyBytes_CheckExact(v))
+            return put_base64(b, (const unsigned char *)PyBytes_AS_STRING(v),
+                              PyBytes_GET_SIZE(v)) < 0 ? -1 : 1;
+        return 0;
+    }
+    return 0;
+}
+
+/* one column: kind and arg (ints), the Python converter (or None), the placeholder's JSON */
+static int
+put_column(Buf *b, PyObject *column, PyObject *v)
+{
+    int kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(column, 2));
+    int arg = (int)PyLong_AsLong(PyTuple_GET_ITEM(column, 3));
+    PyObject *convert = PyTuple_GET_ITEM(column, 4);
+    if (kind != K_PLAIN) {
+        Py_ssize_t start = b->size;
+        int done = put_kind(b, kind, arg, v);
+        if (done != 0)
+            return done < 0 ? -1 : 0;
+        b->size = start;
+    }
+    if (convert == Py_None)
+        return put_native(b, v, 0);
+    PyObject *converted = PyObject_CallOneArg(convert, v);
+    if (converted == NULL)
+        return -1;
+    int rc = put_native(b, converted, 0);
+    Py_DECREF(converted);
+    return rc < 0 ? -1 : 0;
+}
+
+/* an image: every column in order, null when absent, the placeholder when unchanged */
+static int
+put_row(Buf *b, PyObject *columns, PyObject *row, PyObject *unchanged)
+{
+    if (row == Py_None)
+        return PUTS(b, "null");
+    if (!PyDict_Check(row)) {
+        PyErr_SetString(PyExc_TypeError, "an image is a dict");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(columns);
+    if (n == 0)
+        return PUTS(b, "{}");
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *column = PyTuple_GET_ITEM(columns, i);
+        if (put_utf8(b, PyTuple_GET_ITEM(column, 0)) < 0)
+            return -1;
+        PyObject *name = PyTuple_GET_ITEM(column, 1);
+        PyObject *v = PyDict_GetItemWithError(row, name);
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            int is_unchanged = unchanged == NULL ? 0 : PySequence_Contains(unchanged, name);
+            if (is_unchanged < 0)
+                return -1;
+            if (is_unchanged ? put_utf8(b, PyTuple_GET_ITEM(column, 5)) < 0
+                             : PUTS(b, "null") < 0)
+                return -1;
+            continue;
+        }
+        if (v == Py_None) {
+            if (PUTS(b, "null") < 0)
+                return -1;
+            continue;
+        }
+        if (put_column(b, column, v) < 0)
+            return -1;
+    }
+    return put_byte(b, '}');
+}
+
+static int
+get_ll(PyObject *event, Py_ssize_t index, long long *out)
+{
+    PyObject *v = PyTuple_GET_ITEM(event, index);
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    return overflow ? 0 : 1;
+}
+
+#define PG_EPOCH_OFFSET_US 946684800000000LL
+#define PART(i) PyTuple_GET_ITEM(parts, i)
+
+/*
+ * encode(spec, event, now_ms) -> (key, value), or None when the event's numbers are not
+ * plain ints of 64 bits (the Python path writes those).
+ * spec: (columns, key_columns, parts); a column is (prefix, name, kind, arg, convert,
+ * placeholder); parts the envelope's constant texts (see sinks/envelope.py).
+ */
+static PyObject *
+encode(PyObject *self, PyObject *args)
+{
+    PyObject *spec, *event;
+    long long now_ms;
+    if (!PyArg_ParseTuple(args, "O!O!L", &PyTuple_Type, &spec, &PyTuple_Type, &event, &now_ms))
+        return NULL;
+    if (PyTuple_GET_SIZE(spec) != 3 || PyTuple_GET_SIZE(event) != 10) {
+        PyErr_SetString(PyExc_ValueError, "encode(spec, event, now_ms): wrong shapes");
+        return NULL;
+    }
+    PyObject *columns = PyTuple_GET_ITEM(spec, 0), *keys = PyTuple_GET_ITEM(spec, 1);
+    PyObject *parts = PyTuple_GET_ITEM(spec, 2);
+    long long commit_lsn, lsn, ordinal, xid, commit_time;
+    int got;
+    if ((got = get_ll(event, 5, &commit_lsn)) <= 0 || (got = get_ll(event, 6, &lsn)) <= 0
+            || (got = get_ll(event, 7, &ordinal)) <= 0 || (got = get_ll(event, 8, &xid)) <= 0
+            || (got = get_ll(event, 9, &commit_time)) <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    long long commit_us = commit_time + PG_EPOCH_OFFSET_US;
+    if (commit_us < 0 || commit_us > 9000000000000000LL || now_ms < 0
+            || now_ms > 9000000000000LL)
+        Py_RETURN_NONE;
+    PyObject *op = PyTuple_GET_ITEM(event, 0), *before = PyTuple_GET_ITEM(event, 2);
+    PyObject *after = PyTuple_GET_ITEM(event, 3), *unchanged = PyTuple_GET_ITEM(event, 4);
+    if (!PyUnicode_CheckExact(op) || !PyTuple_CheckExact(unchanged))
+        Py_RETURN_NONE;
+    Buf key = {0}, value = {0};
+    PyObject *result = NULL;
+    if (reserve(&key, 64) < 0 || reserve(&value, 2048) < 0)
+        goto done;
+
+    /* the key: the primary-key columns of the after image, else of the before image */
+    PyObject *image = after != Py_None ? after : before;
+    if (image == Py_None || PyTuple_GET_SIZE(keys) == 0) {
+        if (PUTS(&key, "{}") < 0)
+            goto done;
+    } else {
+        if (!PyDict_Check(image)) {
+            PyErr_SetString(PyExc_TypeError, "an image is a dict");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+            PyObject *column = PyTuple_GET_ITEM(keys, i);
+            if (put_utf8(&key, PyTuple_GET_ITEM(column, 0)) < 0)
+                goto done;
+            PyObject *v = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(column, 1));
+            if (v == NULL && PyErr_Occurred())
+                goto done;
+            if ((v == NULL || v == Py_None) ? PUTS(&key, "null") < 0
+                                            : put_column(&key, column, v) < 0)
+                goto done;
+        }
+        if (put_byte(&key, '}') < 0)
+            goto done;
+    }
+
+    int read = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'r';
+    if (PUTS(&value, "{\"before\":") < 0 || put_row(&value, columns, before, NULL) < 0
+            || PUTS(&value, ",\"after\":") < 0
+            || put_row(&value, columns, after, PyTuple_GET_SIZE(unchanged) ? unchanged : NULL) < 0
+            || put_utf8(&value, PART(0)) < 0 || put_ll(&value, commit_us / 1000) < 0
+            || (read ? PUTS(&value, ",\"snapshot\":\"true\"")
+                     : PUTS(&value, ",\"snapshot\":\"false\"")) < 0
+            || put_utf8(&value, PART(1)) < 0  /* ,"db":...,"sequence":"[\" */
+            || put_ll(&value, commit_lsn) < 0 || PUTS(&value, "\\\",\\\"") < 0
+            || put_ll(&value, lsn) < 0 || PUTS(&value, "\\\"]\",\"ts_us\":") < 0
+            || put_ll(&value, commit_us) < 0 || PUTS(&value, ",\"ts_ns\":") < 0
+            || put_ll(&value, commit_us * 1000) < 0
+            || put_utf8(&value, PART(2)) < 0)  /* ,"schema":...,"txId": */
+        goto done;
+    if ((xid ? put_ll(&value, xid) : PUTS(&value, "null")) < 0
+            || PUTS(&value, ",\"lsn\":") < 0 || put_ll(&value, lsn) < 0
+            || put_utf8(&value, PART(3)) < 0 || put_ll(&value, commit_lsn) < 0
+            || PUTS(&value, ",\"ordinal\":") < 0 || put_ll(&value, ordinal) < 0
+            || put_utf8(&value, PART(4)) < 0 || put_json_str(&value, op) < 0
+            || PUTS(&value, ",\"ts_ms\":") < 0 || put_ll(&value, now_ms) < 0
+            || PUTS(&value, ",\"ts_us\":") < 0 || put_ll(&value, now_ms * 1000) < 0
+            || PUTS(&value, ",\"ts_ns\":") < 0 || put_ll(&value, now_ms * 1000000) < 0
+            || PUTS(&value, ",\"unchanged\":[") < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unchanged); i++) {
+        PyObject *name = PyTuple_GET_ITEM(unchanged, i);
+        if ((i && put_byte(&value, ',') < 0) || put_native(&value, name, 0) < 0)
+            goto done;
+    }
+    if (PUTS(&value, "]}") < 0)
+        goto done;
+    result = Py_BuildValue("(y#y#)", key.data, key.size, value.data, value.size);
+done:
+    PyMem_Free(key.data);
+    PyMem_Free(value.data);
+    return result;
+}
+
+static PyObject *
+init(PyObject *self, PyObject *args)
+{
+    PyObject *decimal, *function;
+    if (!PyArg_ParseTuple(args, "OO", &decimal, &function))
+        return NULL;
+    Py_XSETREF(DecimalType, Py_NewRef(decimal));
+    Py_XSETREF(dumps, Py_NewRef(function));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"encode", encode, METH_VARARGS,
+     "encode(spec, event, now_ms) -> (key, value) in Debezium's JSON, or None"},
+    {"init", init, METH_VARARGS, "init(Decimal, dumps): the types and fallback encode needs"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastjson",
+    "A change event's JSON key and value in Debezium's encoding (sinks/envelope.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastjson(void)
+{
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,139 @@
+"""sinks/_fastjson.c writes the bytes sinks/envelope.py's Python path writes (Debezium's JSON)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decoder.change import ChangeEvent
+from decoder.values import Interval
+from sinks import envelope
+from sinks.debezium_json import JsonOptions, UnrepresentableValueError
+from snapshot_builder.catalog import Column, TableVersion
+
+pytestmark = pytest.mark.skipif(envelope._fastjson is None, reason="sinks._fastjson not built")
+
+_NUMERIC_12_3 = (12 << 16 | 3) + 4
+COLUMNS = (
+    Column("id", 20, "int8", -1, True), Column("k2", 25, "text", -1, True),
+    Column("n", 1700, "numeric", _NUMERIC_12_3, False),
+    Column("nf", 1700, "numeric", -1, False), Column("f4", 700, "float4", -1, False),
+    Column("f8", 701, "float8", -1, False), Column("t", 25, "text", -1, False),
+    Column("b", 17, "bytea", -1, False), Column("ok", 16, "bool", -1, False),
+    Column("d", 1082, "date", -1, False), Column("tm", 1083, "time", -1, False),
+    Column("tm3", 1083, "time", 3, False), Column("tz", 1266, "timetz", -1, False),
+    Column("ts", 1114, "timestamp", -1, False), Column("ts3", 1114, "timestamp", 3, False),
+    Column("tstz", 1184, "timestamptz", -1, False),
+    Column("tstz0", 1184, "timestamptz", 0, False),
+    Column("tstz3", 1184, "timestamptz", 3, False), Column("iv", 1186, "interval", -1, False),
+    Column("u", 2950, "uuid", -1, False), Column("ints", 1007, "_int4", -1, False),
+    Column("texts", 1009, "_text", -1, False), Column("dates", 1182, "_date", -1, False),
+    Column("m", 790, "money", -1, False), Column("dom", 90_000, "amount", -1, False,
+                                                 base_type="numeric", base_typmod=_NUMERIC_12_3),
+)
+TABLE = TableVersion(16_600, "s", "t\"x", "d", COLUMNS)
+OPTIONS = [JsonOptions(database="db"), JsonOptions(decimal="string", interval="string",
+                                                   time="isostring", binary="hex"),
+           JsonOptions(decimal="double", time="connect", binary="base64-url-safe",
+                       database="é\"q"),
+           JsonOptions(time="adaptive_time_microseconds", binary="base64")]
+
+_texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_decimals = st.one_of(
+    st.decimals(allow_nan=False, allow_infinity=False, places=3,
+                min_value=Decimal("-999999999.999"), max_value=Decimal("999999999.999")),
+    st.sampled_from([Decimal("0"), Decimal("-0.000"), Decimal("1E+3"), Decimal("1.5E-2"),
+                     Decimal("12.30")]))
+_datetimes = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31))  # noqa: DTZ001
+_offsets = st.sampled_from([UTC, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5))])
+VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "id": st.integers(-2**63, 2**63 - 1), "k2": _texts, "n": _decimals,
+    "nf": st.one_of(_decimals, st.decimals(allow_nan=False, allow_infinity=False)),
+    "f4": st.floats(width=32), "f8": st.floats(), "t": _texts, "b": st.binary(max_size=10),
+    "ok": st.booleans(), "d": st.one_of(st.dates(), st.just("infinity")),
+    "tm": st.one_of(st.times(), st.just("24:00:00")), "tm3": st.times(),
+    "tz": st.times(timezones=_offsets),
+    "ts": st.one_of(_datetimes, st.just("-infinity")), "ts3": _datetimes,
+    "tstz": st.datetimes(timezones=_offsets), "tstz0": st.datetimes(timezones=st.just(UTC)),
+    "tstz3": st.datetimes(timezones=st.just(UTC)),
+    "iv": st.builds(Interval, st.integers(-1000, 1000), st.integers(-1000, 1000),
+                    st.integers(-10**12, 10**12)),
+    "u": st.uuids(), "ints": st.lists(st.one_of(st.none(), st.integers(-2**31, 2**31 - 1))),
+    "texts": st.lists(st.lists(st.one_of(st.none(), _texts), max_size=2), max_size=2),
+    "dates": st.lists(st.one_of(st.none(), st.dates()), max_size=3),
+    "m": st.decimals(allow_nan=False, allow_infinity=False, places=2,
+                     min_value=Decimal("-1e12"), max_value=Decimal("1e12")),
+    "dom": _decimals,
+}
+
+
+def _python(event: ChangeEvent, options: JsonOptions) -> tuple[bytes, bytes]:
+    shape = envelope._shape(event.table, "srv", options)
+    assert isinstance(shape, envelope._DebeziumShape)
+    row = event.after if event.after is not None else event.before
+    key = b"{}" if row is None else shape.key(row).encode()
+    return key, shape.value(event, 1_700_000_000_123).encode()
+
+
+def _compiled(event: ChangeEvent, options: JsonOptions) -> tuple[bytes, bytes] | None:
+    shape = envelope._shape(event.table, "srv", options)
+    assert isinstance(shape, envelope._DebeziumShape)
+    return envelope._fastjson.encode(shape.spec, event, 1_700_000_000_123)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=st.fixed_dictionaries({}, optional=VALUES), op=st.sampled_from("crud"),
+       options=st.sampled_from(OPTIONS), xid=st.integers(0, 2**32 - 1),
+       unchanged=st.sets(st.sampled_from([c.name for c in COLUMNS[2:]]), max_size=3))
+def test_same_bytes_as_python(row: dict[str, Any], op: str, options: JsonOptions, xid: int,
+                              unchanged: set[str]) -> None:
+    row = {name: value for name, value in row.items() if name not in unchanged}
+    before, after = (row, None) if op == "d" else (None, row)
+    event = ChangeEvent(op, TABLE, before, after, tuple(sorted(unchanged)) if after else (),
+                        123_456_789, 123_456_700, 5, xid, 700_000_000_000_000)
+    try:
+        expected = _python(event, options)
+    except UnrepresentableValueError as exc:
+        with pytest.raises(UnrepresentableValueError, match=str(exc)[:20]):
+            _compiled(event, options)
+        return
+    assert _compiled(event, options) == expected
+    json.loads(expected[1])  # NaN aside, which Python's json reads too
+
+
+def test_specials_and_fallbacks() -> None:
+    row = {"id": 2**70, "k2": "a", "n": Decimal("NaN"), "f8": float("nan"),
+           "t": "\x00\x1f\"\\é\u2028", "u": UUID(int=5), "tstz": datetime(2024, 1, 1, tzinfo=UTC)}
+    options = JsonOptions(decimal="string")
+    event = ChangeEvent("c", TABLE, None, row, (), 1, 1, 0, 0, 0)
+    assert _compiled(event, options) == _python(event, options)
+    with pytest.raises(UnrepresentableValueError):
+        _compiled(event, JsonOptions())
+    odd = event._replace(lsn=True)  # not a plain int: left to the Python path
+    assert _compiled(odd, options) is None
+    encode = envelope.JsonEncoder(options).encoder_for(TABLE, "srv")
+    assert encode(odd, 5) == (_python(odd, options)[0],
+                              envelope._shape(TABLE, "srv", options).value(odd, 5).encode())
+
+
+def test_reference_row_and_timestamps() -> None:
+    row = {"id": 1, "k2": "k", "d": date(2024, 2, 29), "tm": time(13, 14, 15, 123456),
+           "ts": datetime(2024, 2, 29, 13, 14, 15, 123456, tzinfo=UTC).replace(tzinfo=None),
+           "tstz": datetime(2024, 2, 29, 13, 14, 15, 123456, tzinfo=UTC),
+           "tstz0": datetime(2024, 2, 29, 13, 14, 15, 500000, tzinfo=UTC),
+           "n": Decimal("12345.678")}
+    event = ChangeEvent("r", TABLE, None, row, (), 1, 1, 0, 0, 0)
+    compiled = _compiled(event, JsonOptions())
+    assert compiled == _python(event, JsonOptions())
+    assert compiled is not None
+    after = json.loads(compiled[1])["after"]
+    assert (after["d"], after["tm"], after["ts"], after["tstz"], after["tstz0"], after["n"]) == (
+        19782, 47655123456, 1709212455123456, "2024-02-29T13:14:15.123456Z",
+        "2024-02-29T13:14:15.5Z", "ALxhTg==")
