@@ -471,6 +471,8 @@ def _run(settings: Settings) -> int:
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,
+        shutdown_grace=service.shutdown_grace_seconds, max_retries=service.max_retries,
+        retry_max_delay=service.retry_max_delay,
         receive_timeout=settings.source.receive_timeout, origin=settings.source.origin,
         binary=settings.source.binary),
         sink, incremental=incremental)
@@ -485,9 +487,13 @@ def _run(settings: Settings) -> int:
             msg = (f"cannot serve metrics on {service.metrics_host}:{service.metrics_port}: "
                    f"{exc.strerror}; choose another --metrics-port")
             raise ConfigError(msg) from None
-        shutdown_grace=service.shutdown_grace_seconds, max_retries=service.max_retries,
-        retry_max_delay=service.retry_max_delay,
     stop = threading.Event()
+
+    def stopping(*_: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            _exit_after(service.shutdown_grace_seconds + _CLOSE_SECONDS, pipeline)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stopping)
     try:
@@ -503,27 +509,7 @@ def _run(settings: Settings) -> int:
             metrics.close()
     return 0
 
-    def stopping(*_: object) -> None:
-        if not stop.is_set():
-            stop.set()
-            _exit_after(service.shutdown_grace_seconds + _CLOSE_SECONDS, pipeline)
 
-
-
-def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
-    from snapshot_builder.incremental import IncrementalSnapshots
-
-    if not settings.load.incremental:
-        return None
-    path = settings.state.incremental_state or \
-        _paths(settings)[0].with_name(f"{settings.source.slot}.incremental.json")
-    return IncrementalSnapshots(settings.source.conninfo(), sink, slot=settings.source.slot,
-                                publication=settings.source.publication, state_file=path,
-                                chunk_size=settings.load.incremental_chunk_rows)
-
-
-def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bool:
-    """An interrupted initial load, with incremental snapshots on: the tables it did not finish
 _CLOSE_SECONDS = 5.0  # after the grace period: closing the sink and the connections
 
 
@@ -548,6 +534,20 @@ def _exit_after(seconds: float, pipeline: Pipeline) -> None:
     timer.start()
 
 
+def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
+    from snapshot_builder.incremental import IncrementalSnapshots
+
+    if not settings.load.incremental:
+        return None
+    path = settings.state.incremental_state or \
+        _paths(settings)[0].with_name(f"{settings.source.slot}.incremental.json")
+    return IncrementalSnapshots(settings.source.conninfo(), sink, slot=settings.source.slot,
+                                publication=settings.source.publication, state_file=path,
+                                chunk_size=settings.load.incremental_chunk_rows)
+
+
+def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bool:
+    """An interrupted initial load, with incremental snapshots on: the tables it did not finish
     are queued as incremental snapshots and streaming starts at once from the slot's consistent
     point (docs/incremental-snapshot.md). False (the load resumes as usual) when there is no
     such load, or when its plan or its slot is not as the load left it."""
