@@ -232,6 +232,10 @@ def _parser() -> argparse.ArgumentParser:
                             "as sasl.jaas.config, which --kafka-option would show in ps)")
     spark.add_argument("--master", default=_env("SPARK_MASTER", "local[2]"),
                        help="Spark master; 'none' when launched by spark-submit")
+    spark.add_argument("--spark-log", type=Path, default=_env("SPARK_LOG"),
+                       help="the file for Spark's own log lines (WARN and above), kept off "
+                            "the terminal (default ~/.local/state/pgcdc/<topic-prefix>"
+                            ".spark.log)")
     return parser
 
 
@@ -850,7 +854,12 @@ def _spark(args: argparse.Namespace) -> int:
     from streaming.session import build_session
 
     master = None if args.master == "none" else args.master
-    spark = build_session("pgcdc-apply", master=master)
+    spark_log = args.spark_log or (Path.home() / ".local" / "state" / "pgcdc"
+                                   / f"{args.topic_prefix}.spark.log")
+    log.info("spark's own log lines go to %s", spark_log)
+    if not log.isEnabledFor(logging.DEBUG):  # py4j logs every callback at INFO
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = build_session("pgcdc-apply", master=master, spark_log=spark_log)
     config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
                            topic_prefix=args.topic_prefix,
                            trigger_seconds=None if args.available_now else args.trigger_seconds,

@@ -202,8 +202,10 @@ def run_demo(options: DemoOptions) -> list[TableComparison]:
         capture_thread = threading.Thread(target=capture, name="pgcdc-capture", daemon=True)
         capture_thread.start()
 
-        print("starting Spark (first run resolves the Kafka and Delta jars) ...", file=sys.stderr)
-        spark = build_session("pgcdc-demo")
+        spark_log = output / "spark.log"
+        print("starting Spark (first run resolves the Kafka and Delta jars; Spark's own log: "
+              f"{spark_log}) ...", file=sys.stderr)
+        spark = build_session("pgcdc-demo", spark_log=spark_log)
         config = job.JobConfig(servers, lake.as_uri(), checkpoint.as_uri(),
                                topic_prefix=options.topic_prefix, trigger_seconds=2.0)
         applied = {"batches": 0, "changes": 0}

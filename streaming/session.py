@@ -3,7 +3,10 @@
 The connector and Delta jars are resolved from Maven Central with ``mvn`` (see
 :mod:`pgcdc.services.maven`) and handed to Spark as ``spark.jars``; jars that
 pyspark already ships are left out.  On a cluster, submit with
-``spark-submit --packages`` instead and pass ``master=None``.
+``spark-submit --packages`` instead and pass ``master=None`` (README, "Spark on a cluster").
+
+With ``spark_log``, Spark's own log lines (log4j2: Spark, Delta, Hadoop, the Kafka client)
+go to that file through ``log4j2.properties`` beside this module, not to the terminal.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ PACKAGES = [
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
     f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
 ]
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def connector_jars() -> list[Path]:
@@ -33,8 +37,14 @@ def connector_jars() -> list[Path]:
 
 
 def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
-                  extra_config: dict[str, str] | None = None) -> Any:
-    """Create (or return) the Spark session configured for Kafka and Delta."""
+                  extra_config: dict[str, str] | None = None,
+                  spark_log: Path | None = None) -> Any:
+    """Create (or return) the Spark session configured for Kafka and Delta.
+
+    ``spark_log``: the file Spark's own log lines go to (WARN and above) instead of stderr.
+    It takes effect when this call starts the driver's JVM (not under ``spark-submit``, whose
+    ``--driver-java-options`` do the same: :func:`log_java_options`).
+    """
     from pyspark.sql import SparkSession
 
     try:
@@ -69,5 +79,27 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
     for key, value in config.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if spark_log is not None:
+        options = config.get("spark.driver.extraJavaOptions", "")
+        config["spark.driver.extraJavaOptions"] = f"{options} {log_java_options(spark_log)}"
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def log_java_options(spark_log: Path) -> str:
+    """The driver's JVM options that send Spark's log lines to ``spark_log`` (created with its
+    folder), as ``spark.driver.extraJavaOptions`` or ``spark-submit --driver-java-options``."""
+    spark_log = spark_log.absolute()
+    spark_log.parent.mkdir(parents=True, exist_ok=True)
+    return " ".join(_java_option(name, value) for name, value in [
+        ("log4j2.configurationFile", LOG4J2_CONFIG.as_uri()),
+        ("pgcdc.spark.log", str(spark_log)),
+    ])
+
+
+def _java_option(name: str, value: str) -> str:
+    """``-Dname=value``, quoted for Spark's option splitting when the value has a space."""
+    option = f"-D{name}={value}"
+    if not any(c.isspace() or c in "'\"\\" for c in option):
+        return option
+    return "'" + option.replace("'", "'\"'\"'") + "'"
