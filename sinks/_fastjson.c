@@ -34,7 +34,7 @@ typedef struct {
     Py_ssize_t size, capacity;
 } Buf;
 
-static int
+static inline int
 reserve(Buf *b, Py_ssize_t more)
 {
     if (b->size + more <= b->capacity)
@@ -52,7 +52,7 @@ reserve(Buf *b, Py_ssize_t more)
     return 0;
 }
 
-static int
+static inline int
 put(Buf *b, const char *text, Py_ssize_t size)
 {
     if (reserve(b, size) < 0)
@@ -83,22 +83,42 @@ put_utf8(Buf *b, PyObject *text)
     return put(b, data, size);
 }
 
+static const char PAIRS[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* the decimal text of n into out (at least 21 bytes); returns its length */
+static int
+format_ll(char *out, long long n)
+{
+    char digits[24];
+    int at = 24;
+    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+    while (u >= 100) {
+        unsigned pair = (unsigned)(u % 100) * 2;
+        u /= 100;
+        digits[--at] = PAIRS[pair + 1];
+        digits[--at] = PAIRS[pair];
+    }
+    if (u >= 10) {
+        digits[--at] = PAIRS[u * 2 + 1];
+        digits[--at] = PAIRS[u * 2];
+    } else {
+        digits[--at] = (char)('0' + u);
+    }
+    if (n < 0)
+        digits[--at] = '-';
+    memcpy(out, digits + at, (size_t)(24 - at));
+    return 24 - at;
+}
+
 static int
 put_ll(Buf *b, long long n)
 {
-    char digits[24];
-    int size = 0;
-    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
-    do {
-        digits[size++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (n < 0)
-        digits[size++] = '-';
-    if (reserve(b, size) < 0)
+    if (reserve(b, 21) < 0)
         return -1;
-    while (size)
-        b->data[b->size++] = digits[--size];
+    b->size += format_ll(b->data + b->size, n);
     return 0;
 }
 
@@ -124,38 +144,36 @@ put_json_str(Buf *b, PyObject *text)
     const char *data = PyUnicode_AsUTF8AndSize(text, &size);
     if (data == NULL)
         return -1;
-    if (reserve(b, size + 2) < 0)
+    if (reserve(b, size * 6 + 2) < 0)
         return -1;
-    b->data[b->size++] = '"';
-    Py_ssize_t start = 0;
+    char *out = b->data + b->size;
+    *out++ = '"';
     for (Py_ssize_t i = 0; i < size; i++) {
         unsigned char c = (unsigned char)data[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *out++ = (char)c;
             continue;
-        if (put(b, data + start, i - start) < 0)
-            return -1;
-        char escape[7];
-        int n = 2;
-        escape[0] = '\\';
-        switch (c) {
-        case '"': escape[1] = '"'; break;
-        case '\\': escape[1] = '\\'; break;
-        case '\n': escape[1] = 'n'; break;
-        case '\r': escape[1] = 'r'; break;
-        case '\t': escape[1] = 't'; break;
-        case '\b': escape[1] = 'b'; break;
-        case '\f': escape[1] = 'f'; break;
-        default:
-            snprintf(escape, sizeof escape, "\\u%04x", c);
-            n = 6;
         }
-        if (put(b, escape, n) < 0)
-            return -1;
-        start = i + 1;
+        *out++ = '\\';
+        switch (c) {
+        case '"': *out++ = '"'; break;
+        case '\\': *out++ = '\\'; break;
+        case '\n': *out++ = 'n'; break;
+        case '\r': *out++ = 'r'; break;
+        case '\t': *out++ = 't'; break;
+        case '\b': *out++ = 'b'; break;
+        case '\f': *out++ = 'f'; break;
+        default:
+            *out++ = 'u';
+            *out++ = '0';
+            *out++ = '0';
+            *out++ = "0123456789abcdef"[c >> 4];
+            *out++ = "0123456789abcdef"[c & 15];
+        }
     }
-    if (put(b, data + start, size - start) < 0)
-        return -1;
-    return put_byte(b, '"');
+    *out++ = '"';
+    b->size = out - b->data;
+    return 0;
 }
 
 static int
@@ -574,7 +592,7 @@ encode(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     }
     long long commit_us = commit_time + PG_EPOCH_OFFSET_US;
-    if (commit_us < 0 || commit_us > 9000000000000000LL || now_ms < 0
+    if (commit_us <= 0 || commit_us > 9000000000000000LL || now_ms <= 0
             || now_ms > 9000000000000LL)
         Py_RETURN_NONE;
     PyObject *op = PyTuple_GET_ITEM(event, 0), *before = PyTuple_GET_ITEM(event, 2);
@@ -612,6 +630,10 @@ encode(PyObject *self, PyObject *args)
     }
 
     int read = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'r';
+    /* each number's text once: ts_us and ts_ns are the microseconds and "000" */
+    char us_text[32], now_text[32], commit_text[24], lsn_text[24];
+    int us_size = format_ll(us_text, commit_us), now_size = format_ll(now_text, now_ms);
+    int commit_size = format_ll(commit_text, commit_lsn), lsn_size = format_ll(lsn_text, lsn);
     if (PUTS(&value, "{\"before\":") < 0 || put_row(&value, columns, before, NULL) < 0
             || PUTS(&value, ",\"after\":") < 0
             || put_row(&value, columns, after, PyTuple_GET_SIZE(unchanged) ? unchanged : NULL) < 0
@@ -619,21 +641,21 @@ encode(PyObject *self, PyObject *args)
             || (read ? PUTS(&value, ",\"snapshot\":\"true\"")
                      : PUTS(&value, ",\"snapshot\":\"false\"")) < 0
             || put_utf8(&value, PART(1)) < 0  /* ,"db":...,"sequence":"[\" */
-            || put_ll(&value, commit_lsn) < 0 || PUTS(&value, "\\\",\\\"") < 0
-            || put_ll(&value, lsn) < 0 || PUTS(&value, "\\\"]\",\"ts_us\":") < 0
-            || put_ll(&value, commit_us) < 0 || PUTS(&value, ",\"ts_ns\":") < 0
-            || put_ll(&value, commit_us * 1000) < 0
+            || put(&value, commit_text, commit_size) < 0 || PUTS(&value, "\\\",\\\"") < 0
+            || put(&value, lsn_text, lsn_size) < 0 || PUTS(&value, "\\\"]\",\"ts_us\":") < 0
+            || put(&value, us_text, us_size) < 0 || PUTS(&value, ",\"ts_ns\":") < 0
+            || put(&value, us_text, us_size) < 0 || PUTS(&value, "000") < 0
             || put_utf8(&value, PART(2)) < 0)  /* ,"schema":...,"txId": */
         goto done;
     if ((xid ? put_ll(&value, xid) : PUTS(&value, "null")) < 0
-            || PUTS(&value, ",\"lsn\":") < 0 || put_ll(&value, lsn) < 0
-            || put_utf8(&value, PART(3)) < 0 || put_ll(&value, commit_lsn) < 0
+            || PUTS(&value, ",\"lsn\":") < 0 || put(&value, lsn_text, lsn_size) < 0
+            || put_utf8(&value, PART(3)) < 0 || put(&value, commit_text, commit_size) < 0
             || PUTS(&value, ",\"ordinal\":") < 0 || put_ll(&value, ordinal) < 0
             || put_utf8(&value, PART(4)) < 0 || put_json_str(&value, op) < 0
-            || PUTS(&value, ",\"ts_ms\":") < 0 || put_ll(&value, now_ms) < 0
-            || PUTS(&value, ",\"ts_us\":") < 0 || put_ll(&value, now_ms * 1000) < 0
-            || PUTS(&value, ",\"ts_ns\":") < 0 || put_ll(&value, now_ms * 1000000) < 0
-            || PUTS(&value, ",\"unchanged\":[") < 0)
+            || PUTS(&value, ",\"ts_ms\":") < 0 || put(&value, now_text, now_size) < 0
+            || PUTS(&value, ",\"ts_us\":") < 0 || put(&value, now_text, now_size) < 0
+            || PUTS(&value, "000,\"ts_ns\":") < 0 || put(&value, now_text, now_size) < 0
+            || PUTS(&value, "000000,\"unchanged\":[") < 0)
         goto done;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unchanged); i++) {
         PyObject *name = PyTuple_GET_ITEM(unchanged, i);

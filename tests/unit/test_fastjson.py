@@ -116,6 +116,11 @@ def test_specials_and_fallbacks() -> None:
     assert _compiled(event, options) == _python(event, options)
     with pytest.raises(UnrepresentableValueError):
         _compiled(event, JsonOptions())
+    for now_ms in (0, 1, 999):  # ts_us and ts_ns are ts_ms's digits and zeros: not for 0
+        compiled = envelope._fastjson.encode(envelope._shape(TABLE, "srv", options).spec,
+                                             event, now_ms)
+        assert compiled is None or compiled[1] == envelope._shape(TABLE, "srv", options).value(
+            event, now_ms).encode()
     odd = event._replace(lsn=True)  # not a plain int: left to the Python path
     assert _compiled(odd, options) is None
     encode = envelope.JsonEncoder(options).encoder_for(TABLE, "srv")
