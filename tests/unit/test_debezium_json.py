@@ -278,3 +278,11 @@ def test_cli_options_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         load_settings({}, config_file=config)
     monkeypatch.setenv("PGCDC_BINARY_HANDLING_MODE", "bytes")
     assert load_settings({}, config_file=config).sink.json_options("app").mode == "pgcdc"
+
+
+def test_the_spark_job_refuses_debezium_s_encoding_with_the_fix() -> None:
+    from streaming.apply import CatalogMismatchError, parse_envelopes
+
+    with pytest.raises(CatalogMismatchError, match=r"--json-mode pgcdc.*--format avro"):
+        parse_envelopes(None, None, rows=object(),  # type: ignore[arg-type]
+                        versions=[("json", None), ("debezium-json", None)])
