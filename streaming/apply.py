@@ -113,6 +113,12 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
     if versions is None:
         versions = batch_versions(rows)
     unknown = sorted({f for f, _ in versions} - {"json", "avro"})
+    if "debezium-json" in unknown:
+        msg = ("events in Debezium's JSON encoding (header pgcdc.format debezium-json: pgcdc "
+               "run --format json's default), which this job does not read (its interval and "
+               "adaptive times lose what the lake keeps): run pgcdc with --json-mode pgcdc "
+               "(sink.json_mode = \"pgcdc\") or --format avro, into a new --topic-prefix")
+        raise CatalogMismatchError(msg)
     if unknown:
         msg = (f"events in format(s) {unknown} (the pgcdc.format header); this job reads "
                "json and avro: run a pgcdc release that knows the format")
