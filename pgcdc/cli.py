@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
                           "exponential backoff)")
     run.add_argument("--retry-max-delay", type=float,
                      help="the longest wait between two attempts, seconds (default 30)")
+    run.add_argument("--sink-stall-seconds", type=float,
+                     help="no acknowledgement from Kafka for this long while it holds events: "
+                          "one warning, pgcdc_sink_stalled 1 and /health/ready 503 until it "
+                          "acknowledges again (default 30; 0: not watched)")
     run.add_argument("--receive-timeout", type=float,
                      help="seconds without a message from the server after which the "
                           "replication connection counts as dead and is reconnected (like "
@@ -476,7 +480,7 @@ def _run(settings: Settings) -> int:
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,
         shutdown_grace=service.shutdown_grace_seconds, max_retries=service.max_retries,
-        retry_max_delay=service.retry_max_delay,
+        retry_max_delay=service.retry_max_delay, sink_stall_seconds=service.sink_stall_seconds,
         receive_timeout=settings.source.receive_timeout, origin=settings.source.origin,
         binary=settings.source.binary),
         sink, incremental=incremental)

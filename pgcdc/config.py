@@ -161,7 +161,10 @@ class SourceSettings(_Section):
         if user is None:
             import getpass
 
-            user = getpass.getuser()
+            try:
+                user = getpass.getuser()
+            except (KeyError, OSError):  # a uid without a name: libpq would fail too
+                user = ""
         return os.environ.get("PGDATABASE") or str(user)
 
     def conninfo(self) -> str:
@@ -334,6 +337,9 @@ class ServiceSettings(_Section):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     max_retries: int = Field(default=0, ge=0)  # failures in a row before giving up; 0: never
     retry_max_delay: float = Field(default=30.0, gt=0)  # the backoff's cap, seconds
+    # no acknowledgement for this long while the sink holds messages: a stall (warned once,
+    # counted, /health/ready 503); 0: not watched
+    sink_stall_seconds: float = Field(default=30.0, ge=0)
 
 
 class LogSettings(_Section):
@@ -417,6 +423,7 @@ KEYS: tuple[_Key, ...] = (
          "SHUTDOWN_GRACE_SECONDS"),
     _Key(("service", "max_retries"), "max_retries", "MAX_RETRIES"),
     _Key(("service", "retry_max_delay"), "retry_max_delay", "RETRY_MAX_DELAY"),
+    _Key(("service", "sink_stall_seconds"), "sink_stall_seconds", "SINK_STALL_SECONDS"),
     _Key(("log", "level"), "log_level", "LOG_LEVEL"),
     _Key(("log", "format"), "log_format", "LOG_FORMAT"),
 )

@@ -5,7 +5,9 @@ A small :mod:`http.server` on its own daemon thread serves:
 * ``/metrics``: the Prometheus text format (version 0.0.4);
 * ``/health/live``: 200 while the process runs;
 * ``/health/ready``: 200 once the pipeline streams and its last status update to
-  PostgreSQL is recent, 503 otherwise.
+  PostgreSQL is recent, 503 otherwise, and 503 while the sink has acknowledged nothing for
+  ``sink_stall_seconds`` or the slot's last sampled lag is past ``max_lag_bytes`` (the
+  WAL-retention guard); the body says why.
 
 The thread only reads: the streaming loop writes :class:`pgcdc.pipeline.Progress` and
 the builder's state, this module copies them at scrape time.  The lag gauge is the
@@ -128,6 +130,17 @@ def render(pipeline: Pipeline) -> str:
                                 "it) and kept free by the allocator.")
                         .add(heap["heap_in_use_bytes"], state="in_use")
                         .add(heap["heap_free_bytes"], state="free"))
+    waited = pipeline.watch.unacknowledged_for() if pipeline.watch is not None else 0.0
+    stall = pipeline.config.sink_stall_seconds
+    families.append(_Family("pgcdc_sink_stalled", "gauge",
+                            "1 while the sink has acknowledged nothing for "
+                            "--sink-stall-seconds and holds messages (as /health/ready).")
+                    .add(1 if stall > 0 and waited >= stall else 0))
+    families.append(_Family("pgcdc_sink_stalls_total", "counter",
+                            "Stalls of the sink so far (each warned once).").add(p.sink_stalls))
+    families.append(_Family("pgcdc_sink_unacknowledged_seconds", "gauge",
+                            "Seconds the sink has held messages without an acknowledgement.")
+                    .add(round(waited, 3)))
     families.append(_Family("pgcdc_streaming", "gauge",
                             "1 while a replication session is streaming.")
                     .add(1 if p.streaming else 0))
@@ -135,14 +148,27 @@ def render(pipeline: Pipeline) -> str:
 
 
 def ready(pipeline: Pipeline, *, max_age: float) -> tuple[bool, str]:
-    """Streaming and the last status update at most ``max_age`` seconds old."""
+    """Streaming, the last status update at most ``max_age`` seconds old, the sink not
+    stalled and the slot's lag within the guard's limit; else every reason, joined by ``; ``."""
     p = pipeline.progress
+    reasons = []
     if not p.streaming:
-        return False, "not streaming"
-    age = time.monotonic() - p.last_status_at
-    if p.last_status_at == 0.0 or age > max_age:
-        return False, f"last status update {age:.1f} s ago"
-    return True, "ready"
+        reasons.append("not streaming")
+    else:
+        age = time.monotonic() - p.last_status_at
+        if p.last_status_at == 0.0 or age > max_age:
+            reasons.append(f"last status update {age:.1f} s ago")
+    stall = pipeline.config.sink_stall_seconds
+    waited = pipeline.watch.unacknowledged_for() if pipeline.watch is not None else 0.0
+    if stall > 0 and waited >= stall:
+        reasons.append(f"the sink has acknowledged nothing for {waited:.0f} s "
+                       f"({pipeline.sink.in_flight()} events waiting; --sink-stall-seconds "
+                       f"{stall:g})")
+    limit = pipeline.config.max_lag_bytes
+    if limit is not None and p.lag_bytes is not None and p.lag_bytes > limit:
+        reasons.append(f"the WAL-retention guard tripped: the slot is {p.lag_bytes} bytes "
+                       f"behind, more than --max-lag-bytes {limit}")
+    return not reasons, "; ".join(reasons) or "ready"
 
 
 class MetricsServer:

@@ -53,6 +53,7 @@ from pgcdc.errors import PgcdcError, TerminalError, TransientError
 from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
 from pgcdc.row_decoders import RowDecoders
+from pgcdc.sink_watch import SinkWatch
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder import ddl
@@ -90,6 +91,9 @@ class PipelineConfig:
     # seconds a stop (SIGTERM) waits for the sink to make what it holds durable; what is
     # still undelivered then is dropped (the slot stays at the durable position)
     shutdown_grace: float = 10.0
+    # seconds without an acknowledgement while the sink holds messages: a stall (warned once,
+    # counted, /health/ready 503; pgcdc/sink_watch.py); 0: not watched
+    sink_stall_seconds: float = 30.0
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
     catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
     capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)
@@ -132,6 +136,8 @@ class Progress:
     heartbeats_sent: int = 0
     heartbeats_received: int = 0  # back through the slot (any pgcdc's, of this database)
     undelivered_at_stop: int = 0  # events the sink still held when the grace period ended
+    sink_stalled: bool = False  # no acknowledgement for sink_stall_seconds (pgcdc/sink_watch.py)
+    sink_stalls: int = 0
     # tables whose rows a DDL changed without row changes in the WAL: read again
     # (an incremental snapshot was requested), or not followed (a warning said how)
     rewrites: dict[str, int] = field(default_factory=dict)
@@ -222,6 +228,7 @@ class Pipeline:
         self._trimmer = Trimmer(config.memory_trim_interval)
         # the flush position and the status updates that carry it
         self._acks = Acknowledger(config, sink, self.progress, self._store, self._connection)
+        self.watch: SinkWatch | None = None  # the sink's stall watch, while run() runs
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -346,9 +353,30 @@ class Pipeline:
         is reset first (a Kafka sink recreates its producer).  Each attempt is logged.
 
         Stopping waits at most ``shutdown_grace`` seconds for the sink; what is not durable
-        then is dropped and :class:`ShutdownIncompleteError` says how much.
+        then is dropped and :class:`ShutdownIncompleteError` says how much.  A stuck sink is
+        watched from a thread (pgcdc/sink_watch.py); the WAL-retention guard it trips while
+        the sink is stuck is raised here.
         """
         stop = stop or threading.Event()
+        watch = self.watch = SinkWatch(self.config, self.sink, self.progress, stop).start()
+        try:
+            progress = self._run(stop, until_lsn, on_progress)
+        except PgcdcError as exc:
+            if not isinstance(exc, ConnectionLostError | DeliveryError):  # counted when retried
+                self._count_error(exc)
+            self._drop_undelivered()
+            if watch.failure is not None and exc is not watch.failure:
+                raise watch.failure from exc
+            raise
+        finally:
+            watch.close()
+        if watch.failure is not None:
+            self._count_error(watch.failure)
+            raise watch.failure
+        return progress
+
+    def _run(self, stop: threading.Event, until_lsn: int | None,
+             on_progress: Callable[[Progress], None] | None) -> Progress:
         failures = 0
         durable_at_failure = -1
         limit = self.config.max_retries
@@ -379,9 +407,6 @@ class Pipeline:
                     return self.progress
                 self._reset_in_progress()
                 self.progress.reconnects += 1
-            except PgcdcError as exc:
-                self._count_error(exc)
-                raise
 
     def _settle(self, cause: str, *, dropped: int) -> None:
         """Stopping without a session (it failed): the sink gets ``shutdown_grace`` seconds to
@@ -396,6 +421,19 @@ class Pipeline:
             self.progress.undelivered_at_stop = undelivered
             self.sink.reset()  # closing the sink must not wait for it again
             raise ShutdownIncompleteError(undelivered, grace, self._acks.flushed, cause)
+
+    def _drop_undelivered(self) -> None:
+        """Stopping on an error: the sink gets ``shutdown_grace`` seconds to make durable what
+        it holds, then the rest is dropped (the slot stays at the durable position), so that
+        closing it does not wait again."""
+        deadline = time.monotonic() + self.config.shutdown_grace
+        while self.sink.in_flight() and (remaining := deadline - time.monotonic()) > 0:
+            self.sink.flush(min(remaining, 0.5))
+        if self.sink.in_flight():
+            log.warning("stopping: %d events the sink did not acknowledge are dropped; the "
+                        "slot stays at %s, the durable position", self.sink.in_flight(),
+                        format_lsn(self._acks.flushed))
+            self.sink.reset()
 
     def _count_error(self, exc: Exception) -> None:
         kind = type(exc).__name__

@@ -10,9 +10,22 @@ nothing more becomes durable.
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from typing import Protocol, runtime_checkable
 
 from pgcdc.errors import TransientError
+
+
+@runtime_checkable
+class AcknowledgementClock(Protocol):
+    """A sink whose acknowledgements arrive later than its writes (Kafka) says how long it has
+    been waiting for one: what the pipeline's stall watch reads (pgcdc/sink_watch.py)."""
+
+    def unacknowledged_for(self) -> float:
+        """Seconds since the sink last acknowledged something while it holds unacknowledged
+        messages (since the oldest of them was written, if none was acknowledged since); 0
+        when it holds none.  Safe to call from another thread."""
 
 
 class DeliveryError(TransientError):
@@ -35,6 +48,9 @@ class AckTracker:
         self._durable: int | None = None
         self._error: BaseException | None = None
         self._in_flight = 0
+        # time.monotonic() of the last acknowledgement, or of the first message written
+        # after the sink held none (the start of a wait for an acknowledgement)
+        self._last_ack = time.monotonic()
 
     def sent(self) -> _Pending:
         """Count one more message of the open transaction; returns the handle to ack."""
@@ -42,12 +58,15 @@ class AckTracker:
             self._open = _Pending()
             self._queue.append(self._open)
         self._open.count += 1
+        if not self._in_flight:
+            self._last_ack = time.monotonic()
         self._in_flight += 1
         return self._open
 
     def acked(self, handle: _Pending) -> None:
         handle.count -= 1
         self._in_flight -= 1
+        self._last_ack = time.monotonic()
 
     def failed(self, error: BaseException) -> None:
         if self._error is None:
@@ -71,3 +90,9 @@ class AckTracker:
 
     def in_flight(self) -> int:
         return self._in_flight
+
+    def unacknowledged_for(self) -> float:
+        """See :meth:`AcknowledgementClock.unacknowledged_for`."""
+        if not self._in_flight:
+            return 0.0
+        return max(0.0, time.monotonic() - self._last_ack)

@@ -85,6 +85,21 @@ def _encoder(value_format: str, json_options: JsonOptions | None) -> Encoder:
     raise ConfigError(msg)
 
 
+LIBRDKAFKA = logging.getLogger("librdkafka")
+"""The logger of librdkafka's own lines (the client's ``logger`` property)."""
+
+
+def _client_error(err: KafkaError) -> None:
+    """librdkafka's error callback: a fatal error is logged as one (the next produce or
+    delivery raises it too); the others (a broker unreachable, a request timed out) are
+    retried by the client itself and logged at INFO: pgcdc's stall warning
+    (pgcdc/sink_watch.py) is the one line an operator needs."""
+    if err.fatal():
+        log.error("kafka client: fatal error %s", err.str())
+    else:
+        log.info("kafka client: %s", err.str())
+
+
 class KafkaUnreachableError(TransientError):
     def __init__(self, servers: str, detail: str) -> None:
         super().__init__(
@@ -170,7 +185,9 @@ class KafkaSink:
             if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
                 refused.append(err)
 
-        admin_config: dict[str, Any] = {**base, "error_cb": client_error}
+        # librdkafka's own log lines go through Python logging (so --log-format json covers
+        # them), served by poll(); its errors too (_client_error)
+        admin_config: dict[str, Any] = {**base, "error_cb": client_error, "logger": LIBRDKAFKA}
         self._admin = AdminClient(admin_config)
         try:
             self._check_reachable()
@@ -193,6 +210,8 @@ class KafkaSink:
             "compression.type": "lz4",
             "queue.buffering.max.messages": 200_000,
             "message.timeout.ms": 120_000,
+            "logger": LIBRDKAFKA,
+            "error_cb": _client_error,
         }
         config.update(producer_config or {})
         self._producer_config = config
@@ -369,6 +388,12 @@ class KafkaSink:
 
     def poll(self, timeout: float = 0.0) -> None:
         self._producer.poll(timeout)
+        self._admin.poll(0)  # its log lines (LIBRDKAFKA)
+
+    def unacknowledged_for(self) -> float:
+        """Seconds the producer has held messages without an acknowledgement (sinks/acks.py
+        AcknowledgementClock; read by the pipeline's stall watch, from its thread)."""
+        return self._tracker.unacknowledged_for()
 
     def flush(self, timeout: float) -> None:
         self._producer.flush(timeout)
