@@ -32,6 +32,7 @@ enum {
 typedef struct {
     char *data;
     Py_ssize_t size, capacity;
+    int heap;  /* data was allocated here (else it is the caller's stack array) */
 } Buf;
 
 static inline int
@@ -42,13 +43,17 @@ reserve(Buf *b, Py_ssize_t more)
     Py_ssize_t capacity = b->capacity ? b->capacity : 256;
     while (capacity < b->size + more)
         capacity *= 2;
-    char *data = PyMem_Realloc(b->data, (size_t)capacity);
+    char *data = b->heap ? PyMem_Realloc(b->data, (size_t)capacity)
+                         : PyMem_Malloc((size_t)capacity);
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    if (!b->heap && b->size)
+        memcpy(data, b->data, (size_t)b->size);
     b->data = data;
     b->capacity = capacity;
+    b->heap = 1;
     return 0;
 }
 
@@ -564,22 +569,28 @@ get_ll(PyObject *event, Py_ssize_t index, long long *out)
 #define PART(i) PyTuple_GET_ITEM(parts, i)
 
 /*
- * encode(spec, event, now_ms) -> (key, value), or None when the event's numbers are not
- * plain ints of 64 bits (the Python path writes those).
- * spec: (columns, key_columns, parts); a column is (prefix, name, kind, arg, convert,
+ * encode(spec, event, now_ms) -> (key, value); fallback(event, now_ms) gives them when the
+ * event's numbers are not plain ints of 64 bits (the Python path writes those).
+ * spec: (columns, key_columns, parts, fallback); a column is (prefix, name, kind, arg, convert,
  * placeholder); parts the envelope's constant texts (see sinks/envelope.py).
  */
 static PyObject *
-encode(PyObject *self, PyObject *args)
+encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *spec, *event;
-    long long now_ms;
-    if (!PyArg_ParseTuple(args, "O!O!L", &PyTuple_Type, &spec, &PyTuple_Type, &event, &now_ms))
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || !PyTuple_Check(args[1])
+            || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "encode(spec: tuple, event: tuple, now_ms: int)");
         return NULL;
-    if (PyTuple_GET_SIZE(spec) != 3 || PyTuple_GET_SIZE(event) != 10) {
+    }
+    PyObject *spec = args[0], *event = args[1];
+    long long now_ms = PyLong_AsLongLong(args[2]);
+    if (now_ms == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyTuple_GET_SIZE(spec) != 4 || PyTuple_GET_SIZE(event) != 10) {
         PyErr_SetString(PyExc_ValueError, "encode(spec, event, now_ms): wrong shapes");
         return NULL;
     }
+    PyObject *fallback = PyTuple_GET_ITEM(spec, 3);
     PyObject *columns = PyTuple_GET_ITEM(spec, 0), *keys = PyTuple_GET_ITEM(spec, 1);
     PyObject *parts = PyTuple_GET_ITEM(spec, 2);
     long long commit_lsn, lsn, ordinal, xid, commit_time;
@@ -589,20 +600,21 @@ encode(PyObject *self, PyObject *args)
             || (got = get_ll(event, 9, &commit_time)) <= 0) {
         if (got < 0)
             return NULL;
-        Py_RETURN_NONE;
+        goto python;
     }
     long long commit_us = commit_time + PG_EPOCH_OFFSET_US;
     if (commit_us <= 0 || commit_us > 9000000000000000LL || now_ms <= 0
             || now_ms > 9000000000000LL)
-        Py_RETURN_NONE;
+        goto python;
     PyObject *op = PyTuple_GET_ITEM(event, 0), *before = PyTuple_GET_ITEM(event, 2);
     PyObject *after = PyTuple_GET_ITEM(event, 3), *unchanged = PyTuple_GET_ITEM(event, 4);
     if (!PyUnicode_CheckExact(op) || !PyTuple_CheckExact(unchanged))
-        Py_RETURN_NONE;
-    Buf key = {0}, value = {0};
+        goto python;
+    /* on the stack while they fit: most events need no allocation */
+    char key_space[256], value_space[4096];
+    Buf key = {key_space, 0, sizeof key_space, 0};
+    Buf value = {value_space, 0, sizeof value_space, 0};
     PyObject *result = NULL;
-    if (reserve(&key, 64) < 0 || reserve(&value, 2048) < 0)
-        goto done;
 
     /* the key: the primary-key columns of the after image, else of the before image */
     PyObject *image = after != Py_None ? after : before;
@@ -664,11 +676,21 @@ encode(PyObject *self, PyObject *args)
     }
     if (PUTS(&value, "]}") < 0)
         goto done;
-    result = Py_BuildValue("(y#y#)", key.data, key.size, value.data, value.size);
+    PyObject *key_bytes = PyBytes_FromStringAndSize(key.data, key.size);
+    PyObject *value_bytes = key_bytes == NULL ? NULL
+        : PyBytes_FromStringAndSize(value.data, value.size);
+    if (value_bytes != NULL)
+        result = PyTuple_Pack(2, key_bytes, value_bytes);
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value_bytes);
 done:
-    PyMem_Free(key.data);
-    PyMem_Free(value.data);
+    if (key.heap)
+        PyMem_Free(key.data);
+    if (value.heap)
+        PyMem_Free(value.data);
     return result;
+python:  /* numbers this code does not write: the Python path, fallback(event, now_ms) */
+    return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
 }
 
 static PyObject *
@@ -683,7 +705,7 @@ init(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"encode", encode, METH_VARARGS,
+    {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "encode(spec, event, now_ms) -> (key, value) in Debezium's JSON, or None"},
     {"init", init, METH_VARARGS, "init(Decimal, dumps): the types and fallback encode needs"},
     {NULL, NULL, 0, NULL},

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import json.encoder
 import os
@@ -446,20 +447,11 @@ class JsonEncoder:
         """:meth:`encode` for the events of one table version."""
         shape = _shape(table, server_name, self.options)
         key_shape = _shape(table, "", self.options)
-        if _fastjson is not None and isinstance(shape, _DebeziumShape):
-            spec, compiled = shape.spec, _fastjson.encode
-
-            def encode_compiled(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
-                done = compiled(spec, event, now_ms)
-                if done is not None:
-                    return done  # type: ignore[no-any-return]
-                row = event.after if event.after is not None else event.before
-                key = b"{}" if row is None else key_shape.key(row).encode()
-                return key, shape.value(event, now_ms).encode()
-            return encode_compiled
-
         def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
             row = event.after if event.after is not None else event.before
             key = b"{}" if row is None else key_shape.key(row).encode()
             return key, shape.value(event, now_ms).encode()
+        if _fastjson is not None and isinstance(shape, _DebeziumShape):
+            # what the C code does not write (numbers of other types) goes to encode
+            return functools.partial(_fastjson.encode, (*shape.spec, encode))
         return encode
