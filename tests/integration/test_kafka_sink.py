@@ -92,7 +92,7 @@ def test_events_reach_kafka_keyed_ordered_and_described(
     # pgcdc status counts what each topic holds
     assert cli.main(["status", "--dsn", pg_dsn, "--bootstrap-servers", kafka_servers,
                      "--topic-prefix", topic_prefix, "--progress-file", str(tmp_path / "p.json"),
-                     "--catalog-dir", str(tmp_path / "catalog")]) == 0
+                     "--catalog-dir", str(tmp_path / "catalog"), "--json"]) == 0
     topics = json.loads(capsys.readouterr().out)["topics"]
     assert topics[topic_name(topic_prefix, "public", "items")] == expected + 5
     assert topics[catalog_topic(topic_prefix)] == len(catalog)
