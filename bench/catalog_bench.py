@@ -55,7 +55,12 @@ def main() -> None:
     parser.add_argument("--columns", type=int, default=12)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--load-once", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only shows the benchmark still works (CI): "
+                             "100 versions of 5 tables, 2 loads; its figures mean nothing")
     args = parser.parse_args()
+    if args.smoke:
+        args.versions, args.tables, args.runs = 100, 5, 2
     if args.load_once:
         _load_once(args.load_once)
         return

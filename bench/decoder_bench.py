@@ -837,11 +837,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slot", help=argparse.SUPPRESS)
     parser.add_argument("--until", help=argparse.SUPPRESS)
     parser.add_argument("--expect-events", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap-servers", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap-servers",
+                        help="an existing Kafka for (c) (default: a throwaway broker, whose "
+                             "CPU time is then reported too)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only shows the benchmark still works (CI): "
+                             "--scale 0.001; its figures mean nothing")
     parser.add_argument("--ceiling-last", action="store_true",
                         help="measure (a) after the others instead of first (the first "
                              "consumer's walsender reads the WAL from disk)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale = 0.001
     if args.worker is None:
         os.environ[_BINARY_ENV] = args.binary
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
@@ -872,8 +879,8 @@ def main(argv: list[str] | None = None) -> int:
             row = conn.execute("SHOW server_version").fetchone()
             info["postgresql"] = str(row[0]) if row else "?"
             server_version = conn.info.server_version
-        bootstrap = broker_marker = None
-        if "c" in args.keys:
+        bootstrap, broker_marker = args.bootstrap_servers, None
+        if "c" in args.keys and bootstrap is None:
             from pgcdc.services.kafka import KAFKA_VERSION, KafkaBroker
 
             broker = stack.enter_context(KafkaBroker())

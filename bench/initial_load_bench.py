@@ -325,7 +325,13 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=200_000, metavar="ROWS",
                         help="a throwaway broker's JIT warm-up before (d): a load of this many "
                              "rows into other topics, not measured (0: none)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only shows the benchmark still works (CI): "
+                             "2,000 rows, 1 worker, 2 readers, chunks of 8 pages, no warm-up; "
+                             "its figures mean nothing")
     args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.workers, args.readers, args.chunk_pages, args.warm_up = 2000, 1, 2, 8, 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     only = set(args.only.split(","))
     producer_config = dict(item.split("=", 1) for item in args.producer)

@@ -30,6 +30,7 @@ From the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -102,25 +103,31 @@ def run_writer(dsn: str, rate: float, seconds: float, out: Path) -> int:
 
 
 class _TimedProducer:
-    """Wraps the sink's producer: each delivery callback first records when it ran."""
+    """Wraps the sink's producer: each delivery callback first records when it ran.
+
+    ``produce`` takes what confluent-kafka's ``Producer.produce`` takes, positionally (topic,
+    value, key, partition, callback, on_delivery, timestamp, headers: how the sink calls it)
+    or by keyword (how it publishes table versions)."""
 
     def __init__(self, inner: Any, acks: dict[int, int]) -> None:
         self._inner = inner
         self._acks = acks
         self.current: int | None = None  # the id of the row whose messages are being produced
 
-    def produce(self, topic: str, key: Any = None, value: Any = None, headers: Any = None,
-                on_delivery: Any = None) -> None:
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                callback: Any = None, on_delivery: Any = None, timestamp: int = 0,
+                headers: Any = None) -> None:
         ident, acks = self.current, self._acks
+        report = on_delivery if on_delivery is not None else callback
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None and ident is not None and value is not None:
                 acks.setdefault(ident, now_ns())
-            if on_delivery is not None:
-                on_delivery(err, msg)
+            if report is not None:
+                report(err, msg)
 
-        self._inner.produce(topic, key=key, value=value, headers=headers,
-                            on_delivery=delivered)
+        self._inner.produce(topic, value, key, partition, delivered, None, timestamp,
+                            headers if headers is not None else [])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -153,46 +160,53 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    with PostgresServer(settings={"fsync": "off"}) as server, KafkaBroker() as broker:
-        dsn = server.dsn()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(DDL)
-        sink = TimedKafkaSink(broker.bootstrap_servers, topic_prefix="latency",
-                              value_format=args.format)
-        pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
-                                           tables=["bench.latency"], create_publication=False),
-                            sink)
-        pipeline.prepare()
-        stop = threading.Event()
-        failure: list[BaseException] = []
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(PostgresServer(settings={"fsync": "off"}))
+        servers = args.bootstrap_servers or \
+            stack.enter_context(KafkaBroker()).bootstrap_servers
+        return _measure(args, server.dsn(), servers)
 
-        def stream() -> None:
-            try:
-                pipeline.run(stop=stop)
-            except BaseException as exc:  # reported below
-                failure.append(exc)
 
-        runner = threading.Thread(target=stream, name="pipeline", daemon=True)
-        runner.start()
-        time.sleep(2.0)  # the session is up and idle before the first commit
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "commits.json"
-            argv = [sys.executable, "-m", "bench.kafka_latency_bench", "--writer", str(out),
-                    "--dsn", dsn, "--rate", str(args.rate), "--seconds", str(args.seconds)]
-            log.info("writer: %s", " ".join(argv))
-            cpu_before = os.times()
-            subprocess.run(argv, cwd=REPO, check=True)
-            written = json.loads(out.read_text())
-        commits: dict[int, int] = dict(written["commits"])
-        deadline = time.monotonic() + 60
-        while len(sink.acks) < len(commits) and time.monotonic() < deadline and not failure:
-            time.sleep(0.1)
-        cpu_after = os.times()
-        stop.set()
-        runner.join(30)
-        sink.close()
-        if failure:
-            raise failure[0]
+def _measure(args: argparse.Namespace, dsn: str, servers: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    sink = TimedKafkaSink(servers, topic_prefix=f"latency{os.getpid()}",
+                          value_format=args.format)
+    pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
+                                       tables=["bench.latency"], create_publication=False),
+                        sink)
+    pipeline.prepare()
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            pipeline.run(stop=stop)
+        except BaseException as exc:  # reported below
+            failure.append(exc)
+
+    runner = threading.Thread(target=stream, name="pipeline", daemon=True)
+    runner.start()
+    time.sleep(0.5 if args.smoke else 2.0)  # the session is up and idle before the first
+    # commit
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "commits.json"
+        argv = [sys.executable, "-m", "bench.kafka_latency_bench", "--writer", str(out),
+                "--dsn", dsn, "--rate", str(args.rate), "--seconds", str(args.seconds)]
+        log.info("writer: %s", " ".join(argv))
+        cpu_before = os.times()
+        subprocess.run(argv, cwd=REPO, check=True)
+        written = json.loads(out.read_text())
+    commits: dict[int, int] = dict(written["commits"])
+    deadline = time.monotonic() + 60
+    while len(sink.acks) < len(commits) and time.monotonic() < deadline and not failure:
+        time.sleep(0.1)
+    cpu_after = os.times()
+    stop.set()
+    runner.join(30)
+    sink.close()
+    if failure:
+        raise failure[0]
     first = min(commits.values())
     warm = first + int(args.warmup * 1e9)
     latencies = sorted((sink.acks[i] - t) / 1e6 for i, t in commits.items()
@@ -229,9 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0,
                         help="seconds at the start left out of the percentiles")
     parser.add_argument("--format", choices=["avro", "json"], default="avro")
+    parser.add_argument("--bootstrap-servers",
+                        help="an existing Kafka (default: a throwaway broker)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only shows the benchmark still works (CI): "
+                             "50 tx/s for 2 s, no warm-up; its figures mean nothing")
     parser.add_argument("--writer", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rate, args.seconds, args.warmup = 50.0, 2.0, 0.0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.writer is not None:
         return run_writer(args.dsn, args.rate, args.seconds, args.writer)

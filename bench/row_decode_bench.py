@@ -59,7 +59,12 @@ def _per_row(buf: bytes, columns: tuples.Columns, rows: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that only shows the benchmark still works (CI): "
+                             "1,000 rows; its figures mean nothing")
     args = parser.parse_args()
+    if args.smoke:
+        args.rows = 1000
     registry = TypeRegistry()
     registry.register_enum(_MOOD, name="mood")
     binary = BinaryDecoders(registry)
