@@ -125,6 +125,13 @@ def _parser() -> argparse.ArgumentParser:
                           "exponential backoff)")
     run.add_argument("--retry-max-delay", type=float,
                      help="the longest wait between two attempts, seconds (default 30)")
+    until = run.add_mutually_exclusive_group()
+    until.add_argument("--until-lsn", metavar="X/Y",
+                       help="stop (exit 0) once everything up to this LSN is durable in the "
+                            "sink and confirmed to the slot, e.g. for a scripted catch-up")
+    until.add_argument("--exit-when-caught-up", action="store_true",
+                       help="stop (exit 0) once everything written before pgcdc started "
+                            "(the server's WAL end then) is durable and confirmed")
     run.add_argument("--sink-stall-seconds", type=float,
                      help="no acknowledgement from Kafka for this long while it holds events: "
                           "one warning, pgcdc_sink_stalled 1 and /health/ready 503 until it "
@@ -350,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             return _spark(args)
         assert settings is not None
         if args.command == "run":
-            return _run(settings)
+            return _run(settings, args)
         if args.command == "status":
             return _status(settings, args)
         if args.command == "slot":
@@ -457,12 +464,15 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if print_report(results) else EXIT_DIFFERS
 
 
-def _run(settings: Settings) -> int:
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from decoder.lsn import format_lsn, parse_lsn
+    from decoder.slot import current_wal_lsn
     from pgcdc.metrics import MetricsServer
     from pgcdc.pipeline import Pipeline, PipelineConfig
 
     log.info("streaming slot %s from %s", settings.source.slot,
              redact_dsn(settings.source.conninfo()))
+    until_lsn = parse_lsn(args.until_lsn) if args.until_lsn else None  # checked before starting
     sink = _sink(settings)
     progress_file, catalog_dir, _ = _paths(settings)
     incremental = _incremental(settings, sink)
@@ -506,9 +516,13 @@ def _run(settings: Settings) -> int:
         signal.signal(sig, stopping)
     try:
         pipeline.prepare()
+        if args.exit_when_caught_up:
+            with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
+                until_lsn = current_wal_lsn(conn)
+            log.info("streaming until %s, the WAL end at start, is durable", format_lsn(until_lsn))
         if incremental is not None:
             incremental.start()
-        pipeline.run(stop=stop)
+        pipeline.run(stop=stop, until_lsn=until_lsn)
     finally:
         if incremental is not None:
             incremental.stop()
