@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sinks.kafka import table_name
+from sinks.kafka import catalog_history_topic, table_name
 from streaming import ownership
 from streaming.catalog import LakeCatalog
 from streaming.evolution import (
@@ -83,11 +83,25 @@ def table_path(lake: str, spec: TableSpec) -> str:
 _HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"
 
 
+# the format header_rows gives a record of the catalog history topic
+# (``<prefix>._catalog_history``, sinks/kafka.py), which the job subscribes to beside the
+# table topics so that a DDL with no row change after it (a table dropped or renamed last)
+# still makes a micro-batch, which reads the catalog again and follows it
+CATALOG_FORMAT = "catalog"
+
+
 def header_rows(batch: Any) -> Any:
-    """A batch's change records (Kafka tombstones left out) with their format and version."""
+    """A batch's change records (Kafka tombstones left out) with their format and version;
+    a catalog history record (its topic's, without a table version) has the format
+    :data:`CATALOG_FORMAT`."""
+    version = _HEADER.format("pgcdc.table_version")
+    form = f"coalesce({_HEADER.format('pgcdc.format')}, 'json')"
+    if "topic" in batch.columns:
+        suffix = catalog_history_topic("")
+        form = (f"CASE WHEN endswith(topic, '{suffix}') AND {version} IS NULL "
+                f"THEN '{CATALOG_FORMAT}' ELSE {form} END")
     return batch.where("value IS NOT NULL").selectExpr(
-        "value", f"coalesce({_HEADER.format('pgcdc.format')}, 'json') AS _format",
-        f"{_HEADER.format('pgcdc.table_version')} AS _version")
+        "value", f"{form} AS _format", f"{version} AS _version")
 
 
 def batch_versions(rows: Any) -> list[tuple[str, str | None]]:
@@ -626,10 +640,23 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     try:
         with step("read"):
             versions = batch_versions(rows)
+        # catalog history records: the catalog changed (it is read again), maybe with no
+        # row change after (a table dropped or renamed last: followed below all the same)
+        ddl = (CATALOG_FORMAT, None) in versions
+        versions = [v for v in versions if v[0] != CATALOG_FORMAT]
         if not versions:
+            if ddl:
+                resolved = _resolved(catalog, set())
+                with step("drop"):
+                    ownership.retire_dropped(spark, resolved, table_path, lake=lake,
+                                             archive=archive)
+                with step("rename"):
+                    ownership.follow_renamed(spark, resolved, table_path, lake=lake,
+                                             archive=archive)
             return {}
         with step("catalog"):
-            resolved = _resolved(catalog, {v for _, v in versions if v is not None})
+            resolved = _resolved(catalog, set() if ddl else
+                                 {v for _, v in versions if v is not None})
         events = parse_envelopes(batch, resolved.log, rows=rows, versions=versions).persist()
         with step("decode"):
             try:

@@ -75,12 +75,19 @@ def app_id(config: JobConfig) -> str:
     return "pgcdc-" + hashlib.sha256(config.checkpoint.encode()).hexdigest()[:16]
 
 
+def subscribe_pattern(prefix: str) -> str:
+    """The topics the query reads: every table topic of ``prefix``, and its catalog history
+    topic, so that a DDL with no row change after it (a table dropped or renamed last)
+    makes a micro-batch too, which follows it (streaming/apply.py ``CATALOG_FORMAT``)."""
+    return f"{table_topic_pattern(prefix)}|^{re.escape(catalog_history_topic(prefix))}$"
+
+
 def start(spark: Any, config: JobConfig,
           on_batch: Callable[[int, dict[str, int]], None] | None = None) -> Any:
     """Start the query and return its StreamingQuery handle."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribePattern", table_topic_pattern(config.topic_prefix))
+              .option("subscribePattern", subscribe_pattern(config.topic_prefix))
               .option("startingOffsets", "earliest")
               .option("failOnDataLoss", "true")
               .option("includeHeaders", "true")

@@ -61,6 +61,9 @@ TYPES: dict[str, tuple[str, str, str]] = {
 }
 _programs = itertools.count()
 AUXILIARY = ("__tombstones", "__changelog")  # the apply's own tables beside a lake table
+# a program's listing: where it captured (pgcdc run, killed with -9 in the bench) and applied
+CAPTURE = "-- capture"
+APPLY = "-- apply"
 
 
 @dataclass
@@ -116,17 +119,25 @@ class Program:
                               progress_file=self.home / "progress.json")
 
     def run(self, *statements: sql.Composable | str) -> None:
-        """Execute in one implicit transaction each (autocommit), as written."""
+        """Execute in one implicit transaction each (autocommit), as written; the lines
+        :data:`CAPTURE` and :data:`APPLY` capture and apply instead (a program's listing
+        holds them where its steps did, so that it replays as it ran)."""
         for statement in statements:
             text = statement if isinstance(statement, str) else statement.as_string(self.conn)
-            self.statements.append(text)
-            self.conn.execute(text.encode())
+            if text == CAPTURE:
+                self.capture()
+            elif text == APPLY:
+                self.apply()
+            else:
+                self.statements.append(text)
+                self.conn.execute(text.encode())
 
     # --- capture and apply --------------------------------------------------------------
 
     def capture(self) -> None:
         """pgcdc until everything written so far is durable in Kafka and every table a DDL
         asked to read again was read (incremental snapshots)."""
+        self.statements.append(CAPTURE)
         if self.rig.kills is not None:
             self._capture_killed()
         sink = KafkaSink(self.rig.kafka, topic_prefix=self.prefix)
@@ -196,6 +207,7 @@ class Program:
 
     def apply(self) -> None:
         """``pgcdc spark --available-now``, in this process's Spark session."""
+        self.statements.append(APPLY)
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix, trigger_seconds=None)
         job.start(self.rig.spark, config).awaitTermination()

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from pgcdc.services.postgres import PostgresServer
-from tests.lake_model import Program, Rig, machine
+from tests.lake_model import APPLY, CAPTURE, Program, Rig, machine
 
 pytestmark = pytest.mark.spark
 
@@ -46,8 +46,9 @@ def test_the_lake_equals_the_source_after_random_programs(
                                                                     shrink=SHRINK))
 
 
-# Programs the model found, shrunk by hand, kept as they are.  One that fails today is
-# marked xfail strict (issue 15, lake side), so that the fix removes the mark.
+# Programs the model found, shrunk by hand, kept as they are (CAPTURE and APPLY: where the
+# program captured and applied).  One that fails today is marked xfail strict (issue 15,
+# lake side), so that the fix removes the mark.
 REGRESSIONS = {
     "prepared transaction with DDL": [
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
@@ -77,6 +78,12 @@ REGRESSIONS = {
         "ALTER TABLE t ADD COLUMN c int DEFAULT 7", "DROP TABLE t",
         "CREATE TABLE t (k int, a int)", "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t VALUES (1, 1), (1, 1)"]),
+    # bench seed 11000048: the last table dropped after the job's last batch (no row change
+    # after the drop, so no micro-batch) stayed in the lake
+    "drop with no row change after it": [
+        "CREATE TABLE t (id int PRIMARY KEY, a int)",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g", CAPTURE, APPLY,
+        "DROP TABLE t"],
 }
 
 

@@ -23,3 +23,21 @@ def test_optimize_every_accepted() -> None:
 def test_compaction_covers_the_companion_tables() -> None:
     assert companions("s3://lake/public.t") == [
         "s3://lake/public.t", "s3://lake/public.t__tombstones", "s3://lake/public.t__changelog"]
+
+
+def test_the_query_reads_the_table_topics_and_the_catalog_history() -> None:
+    """The catalog history topic too: a DDL with no row change after it (a table dropped
+    last) must make a micro-batch, or the lake would keep the dropped table."""
+    import re
+
+    from sinks.kafka import catalog_history_topic, catalog_topic, topic_name
+    from streaming.job import subscribe_pattern
+
+    pattern = subscribe_pattern("app.cdc")
+    for topic in (topic_name("app.cdc", "public", "t"), topic_name("app.cdc", "s", 'we"ird;'),
+                  catalog_history_topic("app.cdc")):
+        assert re.fullmatch(pattern, topic), topic
+    for topic in (catalog_topic("app.cdc"), "app.cdc._messages", "app.cdc._transactions",
+                  catalog_history_topic("app"), catalog_history_topic("other"),
+                  "app.cdc._catalog_historyx"):
+        assert not re.fullmatch(pattern, topic), topic
