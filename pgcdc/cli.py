@@ -197,8 +197,8 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     _catalog_option(status, default=None)
 
-    slot = verb("slot", help="create or drop the replication slot")
-    slot.add_argument("action", choices=["create", "drop"])
+    slot = verb("slot", help="create, drop or list replication slots")
+    slot.add_argument("action", choices=["create", "drop", "list"])
     _source_options(slot, publication=False)
     slot.add_argument("--no-two-phase", action="store_true",
                       help="create: without two-phase decoding")
@@ -763,6 +763,8 @@ def _slot(settings: Settings, args: argparse.Namespace) -> int:
     from decoder.slot import drop_slot, ensure_slot, slot_info
 
     slot = settings.source.slot
+    if args.action == "list":
+        return _slot_list(settings)
     if args.action == "drop" and not args.yes:
         if not sys.stdin.isatty():
             msg = (f'refusing to drop replication slot "{slot}" without confirmation: '
@@ -797,6 +799,28 @@ def _slot(settings: Settings, args: argparse.Namespace) -> int:
         print(f"pgcdc: {progress_file} still holds the dropped slot's progress, so pgcdc run "
               "refuses to start from a new slot: remove it (and "
               f"{catalog_dir}) to start over", file=sys.stderr)
+    return 0
+
+
+def _slot_list(settings: Settings) -> int:
+    """``pgcdc slot list``: every replication slot of the server, what it holds back."""
+    rows = []
+    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
+        for r in conn.execute(
+                "SELECT slot_name, slot_type, coalesce(plugin, '-'), coalesce(database, '-'), "
+                "coalesce(active_pid::text, '-'), coalesce(confirmed_flush_lsn::text, '-'), "
+                "coalesce(wal_status, '-'), coalesce(pg_size_pretty(pg_wal_lsn_diff("
+                "pg_current_wal_lsn(), restart_lsn)), '-') "
+                "FROM pg_replication_slots ORDER BY slot_name").fetchall():
+            rows.append([str(v) for v in r])
+    header = ["slot", "type", "plugin", "database", "active_pid", "confirmed_flush",
+              "wal_status", "wal_held"]
+    if not rows:
+        print("no replication slots")
+        return 0
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+    for line in [header, *rows]:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
     return 0
 
 
