@@ -34,9 +34,10 @@ encodes values by type and by four settings, mirrored by :class:`JsonOptions`:
 Other values: integers, booleans, text, enum labels, ``json``/``jsonb`` (the server's
 text), ``uuid``, ``inet``/``cidr`` and ``oid`` as Debezium writes them; a float NaN or
 infinity as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (Jackson's default);
-arrays element by element.  Types Debezium maps otherwise and pgcdc does not follow yet
-(ranges, geometric types, bit strings, hstore, composites) keep pgcdc's JSON form
-(sinks/envelope.py).  A value kept as the server's text (``infinity``, BC dates,
+arrays element by element; a ``point`` as Debezium's Point, ``{"x", "y", "wkb", "srid"}``
+(the WKB base64, ``srid`` null).  Types Debezium maps otherwise and pgcdc does not follow
+yet (ranges, the other geometric types, bit strings, hstore, composites) keep pgcdc's JSON
+form (sinks/envelope.py).  A value kept as the server's text (``infinity``, BC dates,
 ``24:00:00`` other than in ``time``) stays that text.  A column whose TOASTed value was
 not resent is Debezium's placeholder ``__debezium_unavailable_value`` (its bytes for
 ``bytea``, in a one-element list for an array), and a column absent from an image (a
@@ -48,13 +49,14 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from decoder.values import ARRAY_OIDS, BUILTIN_TYPE_NAMES, Interval
+from decoder.values import ARRAY_OIDS, BUILTIN_TYPE_NAMES, Interval, Point
 from snapshot_builder.catalog import Column, TableVersion
 
 DecimalMode = Literal["precise", "double", "string"]
@@ -421,12 +423,26 @@ def binary_converter(mode: BinaryMode) -> _Convert:
             "hex": hexadecimal}[mode]
 
 
+# ---- geometry -------------------------------------------------------------------------------
+
+_WKB_POINT: Final = struct.Struct("<Idd")
+
+
+def point_value(value: Any) -> Any:
+    """Debezium's Point: ``{"x", "y", "wkb", "srid"}``, the WKB little-endian, no SRID."""
+    if not isinstance(value, Point):
+        return value
+    wkb = b"\x01" + _WKB_POINT.pack(1, value.x, value.y)
+    return {"x": float_value(value.x), "y": float_value(value.y),
+            "wkb": binascii.b2a_base64(wkb, newline=False).decode(), "srid": None}
+
+
 # ---- columns --------------------------------------------------------------------------------
 
 _OID_OF_NAME: Final = {name: oid for oid, name in BUILTIN_TYPE_NAMES.items()}
 _ELEMENT_OF: Final = {array: element for element, array in ARRAY_OIDS.items()}
 
-NUMERIC, MONEY, FLOAT4, FLOAT8, BYTEA = 1700, 790, 700, 701, 17
+NUMERIC, MONEY, FLOAT4, FLOAT8, BYTEA, POINT = 1700, 790, 700, 701, 17, 600
 DATE, TIME, TIMETZ, TIMESTAMP, TIMESTAMPTZ, INTERVAL = 1082, 1083, 1266, 1114, 1184, 1186
 
 
@@ -448,6 +464,8 @@ def type_converter(oid: int, typmod: int, options: JsonOptions) -> _Convert | No
         return zoned_timestamp_converter(typmod)
     if oid == TIMETZ:
         return zoned_time
+    if oid == POINT:
+        return point_value
     if oid == INTERVAL:
         return interval_micros if options.interval == "numeric" else interval_string
     mode = options.time
@@ -466,7 +484,7 @@ def type_converter(oid: int, typmod: int, options: JsonOptions) -> _Convert | No
             return epoch_millis
         return epoch_micros
     element = _ELEMENT_OF.get(oid)
-    if element is not None:
+    if element is not None and element != POINT:  # Debezium has no point[] converter
         convert = type_converter(element, typmod, options)
         return None if convert is None else _each(convert)
     return None

@@ -30,15 +30,15 @@ column values are written depends on :class:`~sinks.debezium_json.JsonOptions`:
 
 In both modes: a range is ``{"lower", "upper", "lower_inc", "upper_inc", "empty"}``
 with ``null`` for an unbounded side, a multirange a list of those; geometric values
-are objects of their fields (a point ``{"x", "y"}``, a line ``{"a", "b", "c"}``, a
-segment ``{"start", "end"}``, a box ``{"high", "low"}``, a path ``{"points",
-"closed"}``, a polygon ``{"points"}``, a circle ``{"center", "radius"}``); arrays are
-(nested) lists; composites objects of their fields (Debezium writes ranges as text and
-points with ``wkb``/``srid``: not followed).  ``source.db`` is the database name;
-``source.snapshot`` is ``"true"`` for every read (Debezium marks the first and last
-read of a snapshot ``first``/``last``: not done) and ``"false"`` otherwise.  pgcdc
-adds, inside ``source``, ``commit_lsn``, ``ordinal``, ``table_oid`` and
-``table_version``, and at the top ``unchanged``: the columns whose TOASTed value was
+are objects of their fields (a line ``{"a", "b", "c"}``, a segment ``{"start", "end"}``,
+a box ``{"high", "low"}``, a path ``{"points", "closed"}``, a polygon ``{"points"}``, a
+circle ``{"center", "radius"}``; a point ``{"x", "y"}``, in Debezium's encoding
+Debezium's ``{"x", "y", "wkb", "srid"}``); arrays are (nested) lists; composites objects
+of their fields (Debezium writes ranges as text: not followed).  ``source.db`` is the
+database name; ``source.snapshot`` is ``"true"`` for every read (Debezium marks the
+first and last read of a snapshot ``first``/``last``: not done) and ``"false"``
+otherwise.  pgcdc adds, inside ``source``, ``commit_lsn``, ``ordinal``, ``table_oid``
+and ``table_version``, and at the top ``unchanged``: the columns whose TOASTed value was
 not resent (absent from ``after`` in pgcdc's mode, Debezium's placeholder
 ``__debezium_unavailable_value`` in Debezium's).
 

@@ -286,3 +286,14 @@ def test_the_spark_job_refuses_debezium_s_encoding_with_the_fix() -> None:
     with pytest.raises(CatalogMismatchError, match=r"--json-mode pgcdc.*--format avro"):
         parse_envelopes(None, None, rows=object(),  # type: ignore[arg-type]
                         versions=[("json", None), ("debezium-json", None)])
+
+
+def test_point_as_debezium_s() -> None:
+    from decoder.values import Point
+
+    convert = dz.type_converter(600, -1, JsonOptions())
+    assert convert is not None
+    # WKB: byte order 1, type 1 (little-endian), x, y as little-endian doubles
+    assert convert(Point(1.0, 2.5)) == {"x": 1.0, "y": 2.5,
+                                        "wkb": "AQEAAAAAAAAAAADwPwAAAAAAAARA", "srid": None}
+    assert dz.type_converter(1017, -1, JsonOptions()) is None  # point[]: as pgcdc writes it
