@@ -233,9 +233,20 @@ class Pipeline:
     # --- set-up ---------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Check the server and create the publication and slot as configured."""
+        """Check the server and create the publication and slot as configured; take the
+        progress file's lock (ProgressStore.lock) until run() ends."""
+        try:
+            self._prepare()
+        except BaseException:
+            if self._store is not None:
+                self._store.unlock()
+            raise
+
+    def _prepare(self) -> None:
         cfg = self.config
         identity = self._acks.identity = identify_system(cfg.dsn)
+        if self._store is not None:
+            self._store.lock()  # one pgcdc per progress file, until run() ends
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
             if self._store is not None:
@@ -370,6 +381,8 @@ class Pipeline:
             raise
         finally:
             watch.close()
+            if self._store is not None:
+                self._store.unlock()
         if watch.failure is not None:
             self._count_error(watch.failure)
             raise watch.failure

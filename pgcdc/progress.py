@@ -6,15 +6,22 @@ never behind the slot's ``confirmed_flush_lsn``.  If it is, someone moved or
 recreated the slot and changes between the two positions were never delivered:
 that is data loss, and :func:`check_against_slot` says so instead of silently
 streaming on.
+
+One pgcdc at a time streams with one progress file: :meth:`ProgressStore.lock` takes an
+exclusive ``flock`` on ``<file>.lock`` (which holds the owner's pid) for as long as the
+process streams; a second instance is refused with the owner named, instead of relying only
+on the slot's active flag.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 from decoder.lsn import format_lsn
 from decoder.slot import SlotInfo
@@ -27,6 +34,10 @@ class DataLossError(TerminalError):
 
 class SlotLostError(DataLossError):
     pass
+
+
+class ProgressLockedError(TerminalError):
+    """Another pgcdc holds the lock of this progress file."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,40 @@ class ProgressStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock: IO[str] | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def lock(self) -> None:
+        """Take the exclusive lock of this progress file (until :meth:`unlock` or the process
+        ends); raises :class:`ProgressLockedError` naming the holder if another has it."""
+        if self._lock is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = self.lock_path.open("a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            msg = (f"progress file {self.path} is in use by another pgcdc (pid {holder}, "
+                   f"lock {self.lock_path}): two instances must not stream with one progress "
+                   "file; stop the other one, or give this one its own --slot and "
+                   "--progress-file")
+            raise ProgressLockedError(msg) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._lock = fh
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
 
     def load(self) -> StoredProgress | None:
         try:
