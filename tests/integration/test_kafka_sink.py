@@ -107,7 +107,7 @@ def test_broker_outage_recreates_producer_without_loss(
                      value_format="json",
                      producer_config={"message.timeout.ms": 2000, "request.timeout.ms": 1000})
     pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.t"], status_interval=0.2,
-                                       reconnect_attempts=30, reconnect_max_delay=2.0), sink)
+                                       max_retries=30, retry_max_delay=2.0), sink)
     pipeline.prepare()
     pg_conn.execute("INSERT INTO t VALUES (0)")
     pipeline.run(until_lsn=current_wal_lsn(pg_conn))  # topic and catalog exist now
