@@ -6,7 +6,8 @@ thread reads the sink's :class:`~sinks.acks.AcknowledgementClock` once a second:
 
 * after ``stall_seconds`` without an acknowledgement while the sink holds messages, it logs
   one warning (the slot stays at the durable position), sets ``Progress.sink_stalled`` and
-  counts ``Progress.sink_stalls``; when an acknowledgement comes, one warning says so;
+  counts ``Progress.sink_stalls``; once acknowledgements come again and the durable position
+  has moved (a sink reset that dropped what it held is no recovery), one warning says so;
 * while stalled, with the WAL-retention guard set to stop (``on_lag = "stop"``), it samples
   the slot's lag itself, over a connection of its own, every ``lag_interval`` seconds; past
   ``max_lag_bytes`` it keeps the :class:`~pgcdc.acknowledgement.LagLimitError` as
@@ -50,6 +51,7 @@ class SinkWatch:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pgcdc-sink-watch", daemon=True)
         self._stalled_since = 0.0
+        self._durable_at_stall = 0  # recovered: nothing waits long and this has advanced
         self._last_lag_check = 0.0
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
@@ -59,9 +61,11 @@ class SinkWatch:
         return self
 
     def close(self) -> None:
+        """Stop watching; a stall that ended since the last look is still said to have ended."""
         self._done.set()
         if self._thread.is_alive():
             self._thread.join(10)
+            self.tick(guard=False)
 
     def unacknowledged_for(self) -> float:
         """Seconds the sink has waited for an acknowledgement (0 for a sink without them)."""
@@ -76,7 +80,7 @@ class SinkWatch:
             if self._conn is not None:
                 self._conn.close()
 
-    def tick(self) -> None:
+    def tick(self, *, guard: bool = True) -> None:
         waited = self.unacknowledged_for()
         progress = self.progress
         if waited >= self.config.sink_stall_seconds:
@@ -84,11 +88,14 @@ class SinkWatch:
                 progress.sink_stalled = True
                 progress.sink_stalls += 1
                 self._stalled_since = time.monotonic() - waited
+                self._durable_at_stall = progress.durable_lsn
                 log.warning("the sink has acknowledged nothing for %.0f s (%d events waiting); "
                             "the slot stays at %s, the durable position, until it does",
                             waited, self.sink.in_flight(), format_lsn(progress.durable_lsn))
-            self._guard()
-        elif progress.sink_stalled:
+            if guard:
+                self._guard()
+        elif progress.sink_stalled and progress.durable_lsn > self._durable_at_stall:
+            # acknowledged again (not merely reset: the durable position moved)
             progress.sink_stalled = False
             log.warning("the sink acknowledges again, after a stall of %.0f s",
                         time.monotonic() - self._stalled_since)
