@@ -1,19 +1,21 @@
 """Prometheus metrics and health checks of a running pipeline, over HTTP.
 
-A small :mod:`http.server` on its own daemon thread serves:
+The metrics are a :mod:`prometheus_client` collector (:class:`PipelineCollector`) in a
+registry of their own; ``prometheus_client``'s WSGI application serves them, with the health
+checks beside it, from a threading WSGI server on a daemon thread:
 
-* ``/metrics``: the Prometheus text format (version 0.0.4);
+* ``/metrics``: the Prometheus text format (or OpenMetrics, as the scraper asks);
 * ``/health/live``: 200 while the process runs;
 * ``/health/ready``: 200 once the pipeline streams and its last status update to
   PostgreSQL is recent, 503 otherwise, and 503 while the sink has acknowledged nothing for
   ``sink_stall_seconds`` or the slot's last sampled lag is past ``max_lag_bytes`` (the
   WAL-retention guard); the body says why.
 
-The thread only reads: the streaming loop writes :class:`pgcdc.pipeline.Progress` and
-the builder's state, this module copies them at scrape time.  The lag gauge is the
+The collector only reads: the streaming loop writes :class:`pgcdc.pipeline.Progress` and
+the builder's state, the collector copies them at scrape time.  The lag gauge is the
 slot's lag as the server reports it (``pg_current_wal_lsn()`` minus the slot's
 ``confirmed_flush_lsn``), sampled by the loop over a normal connection at most every
-``PipelineConfig.lag_interval`` seconds; it is absent until the first sample.
+``PipelineConfig.lag_interval`` seconds; it has no sample until the first one.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.metrics_core import Metric
 
 from pgcdc import memory
 from snapshot_builder.builder import BuilderState
@@ -32,35 +39,47 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
 
 class _Family:
-    """One metric family: its HELP and TYPE lines and its samples."""
+    """One metric family (a prometheus_client ``Metric``) and its samples; a counter's
+    samples carry ``_total``, its family name does not (Prometheus' convention)."""
 
     def __init__(self, name: str, kind: str, help_text: str) -> None:
-        self.lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        self.name = name
+        self.sample = name
+        self.metric = Metric(name.removesuffix("_total") if kind == "counter" else name,
+                             help_text, kind)
 
     def add(self, value: float, **labels: str) -> _Family:
-        if labels:
-            body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            self.lines.append(f"{self.name}{{{body}}} {_number(value)}")
-        else:
-            self.lines.append(f"{self.name} {_number(value)}")
+        self.metric.add_sample(self.sample, labels, float(value))
         return self
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+class PipelineCollector:
+    """A prometheus_client collector of one pipeline's metrics, read at scrape time."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def collect(self) -> Iterator[Metric]:
+        for family in _families(self.pipeline):
+            yield family.metric
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # nothing to check at registration: the families are read at scrape time
+
+
+def registry_for(pipeline: Pipeline) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PipelineCollector(pipeline))
+    return registry
 
 
 def render(pipeline: Pipeline) -> str:
     """The pipeline's metrics in the Prometheus text format."""
+    return generate_latest(registry_for(pipeline)).decode()
+
+
+def _families(pipeline: Pipeline) -> list[_Family]:
     p = pipeline.progress
     families: list[_Family] = []
 
@@ -144,7 +163,7 @@ def render(pipeline: Pipeline) -> str:
     families.append(_Family("pgcdc_streaming", "gauge",
                             "1 while a replication session is streaming.")
                     .add(1 if p.streaming else 0))
-    return "\n".join(line for f in families for line in f.lines) + "\n"
+    return families
 
 
 def ready(pipeline: Pipeline, *, max_age: float) -> tuple[bool, str]:
@@ -171,6 +190,14 @@ def ready(pipeline: Pipeline, *, max_age: float) -> tuple[bool, str]:
     return not reasons, "; ".join(reasons) or "ready"
 
 
+_Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib name)
+        log.debug("metrics request: " + format, *args)
+
+
 class MetricsServer:
     """Serves a pipeline's metrics and health on ``host:port`` from a daemon thread.
 
@@ -181,7 +208,9 @@ class MetricsServer:
                  ready_age: float = 10.0) -> None:
         self.pipeline = pipeline
         self.ready_age = ready_age
-        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self.registry = registry_for(pipeline)
+        self._server = make_server(host, port, self._app(), ThreadingWSGIServer,
+                                   handler_class=_QuietHandler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="pgcdc-metrics", daemon=True)
@@ -207,32 +236,24 @@ class MetricsServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        owner = self
+    def _app(self) -> _Wsgi:
+        metrics = make_wsgi_app(self.registry)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the http.server name)
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._reply(200, render(owner.pipeline), CONTENT_TYPE)
-                elif path == "/health/live":
-                    self._reply(200, "live\n")
-                elif path == "/health/ready":
-                    ok, reason = ready(owner.pipeline, max_age=owner.ready_age)
-                    self._reply(200 if ok else 503, reason + "\n")
-                else:
-                    self._reply(404, "not found: /metrics, /health/live, /health/ready\n")
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics(environ, start_response)  # type: ignore[no-any-return]
+            if path == "/health/live":
+                code, body = 200, "live"
+            elif path == "/health/ready":
+                ok, body = ready(self.pipeline, max_age=self.ready_age)
+                code = 200 if ok else 503
+            else:
+                code, body = 404, "not found: /metrics, /health/live, /health/ready"
+            data = (body + "\n").encode()
+            status = {200: "200 OK", 503: "503 Service Unavailable", 404: "404 Not Found"}
+            start_response(status[code], [("Content-Type", "text/plain; charset=utf-8"),
+                                          ("Content-Length", str(len(data)))])
+            return [data]
 
-            def _reply(self, code: int, body: str,
-                       content_type: str = "text/plain; charset=utf-8") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                log.debug("metrics request: " + format, *args)
-
-        return Handler
+        return app

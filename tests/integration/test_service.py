@@ -90,10 +90,10 @@ def test_metrics_and_health_of_a_running_pipeline(pg_conn: Conn, pg_dsn: str) ->
             thread.join(30)
         assert code == 200
         m = _samples(text)
-        assert m['pgcdc_events_total{table="public.t",op="c"}'] == 3
-        assert m['pgcdc_events_total{table="public.t",op="u"}'] == 1
-        assert m['pgcdc_events_total{table="public.t",op="d"}'] == 1
-        assert m['pgcdc_events_total{table="public.u",op="c"}'] == 1
+        assert m['pgcdc_events_total{op="c",table="public.t"}'] == 3
+        assert m['pgcdc_events_total{op="u",table="public.t"}'] == 1
+        assert m['pgcdc_events_total{op="d",table="public.t"}'] == 1
+        assert m['pgcdc_events_total{op="c",table="public.u"}'] == 1
         assert m["pgcdc_transactions_total"] == 3
         assert m["pgcdc_flushed_lsn"] >= end
         assert m["pgcdc_received_lsn"] >= end
@@ -214,7 +214,7 @@ format = "json"
                 return False
         _wait(ready, "pgcdc run never became ready", timeout=30)
         pg_conn.execute("INSERT INTO t VALUES (1)")
-        _wait(lambda: 'pgcdc_events_total{table="public.t",op="c"} 1'
+        _wait(lambda: 'pgcdc_events_total{op="c",table="public.t"} 1.0'
               in _get(f"http://127.0.0.1:{port}/metrics")[1], "the insert was not counted")
     finally:
         proc.send_signal(signal.SIGTERM)
