@@ -76,12 +76,12 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
         "spark.databricks.delta.merge.materializeSource": "none",
     }
     config.update(extra_config or {})
-    for key, value in config.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
     if spark_log is not None:
         options = config.get("spark.driver.extraJavaOptions", "")
         config["spark.driver.extraJavaOptions"] = f"{options} {log_java_options(spark_log)}"
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
