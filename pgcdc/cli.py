@@ -186,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
                                "stored progress (default ~/.local/state/pgcdc/<slot>.json)")
     _catalog_option(snapshot, default=None)
     _add_load_options(snapshot)
+    snapshot.add_argument("--lake", default=None,
+                          help="load straight into the Delta tables under this URI with Spark "
+                               "(no sink, no Kafka); then pgcdc run streams from the slot's "
+                               "consistent point and pgcdc spark applies the rest")
+    snapshot.add_argument("--master", default=_env("SPARK_MASTER", "local[2]"),
+                          help="with --lake: the Spark master")
 
     status = verb("status", help="the slot, its lag, stored progress, the "
                                            "builder state, the catalog version and, with "
@@ -364,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             return _slot(settings, args)
         if args.command == "snapshot-table":
             return _snapshot_table(settings, args)
+        if args.lake:
+            return _lake_snapshot(settings, args.lake, args.master)
         return _snapshot(settings)
     except ConfigError as exc:
         print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
@@ -675,6 +683,26 @@ def _sink(settings: Settings) -> Sink:
 
         sink = NullSink()
     return sink
+
+
+def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
+    """``pgcdc snapshot --lake``: the initial load straight into Delta (streaming/bulk_load.py)."""
+    from snapshot_builder.initial_load import LoadConfig
+    from streaming.bulk_load import load_lake
+
+    progress_file, catalog_dir, state_file = _paths(settings)
+    source = settings.source
+    config = LoadConfig(source.conninfo(), state_file, slot=source.slot,
+                        publication=source.publication, tables=source.tables,
+                        readers=settings.load.readers,  # tables written at once
+                        chunk_pages=settings.load.chunk_pages, progress_file=progress_file,
+                        catalog_dir=catalog_dir)
+    if load_lake(config, lake, master=None if master == "none" else master,
+                 topic_prefix=settings.sink.topic_prefix):
+        return 0
+    print("pgcdc: the lake load was interrupted; run the same command again to resume it",
+          file=sys.stderr)
+    return EXIT_TRANSIENT
 
 
 def _snapshot(settings: Settings) -> int:

@@ -1,0 +1,399 @@
+"""The initial load straight into the lake: Spark tasks read the published tables under the
+slot's exported snapshot and write Delta, without passing through Kafka.
+
+``pgcdc snapshot --lake URI`` runs it; ``pgcdc run`` then streams from the slot's consistent
+point and ``pgcdc spark`` applies only the changes after it.  Everything around the reading
+is the initial load's (snapshot_builder/initial_load.py, which :class:`LakeLoad` extends):
+the slot created with an exported snapshot, the catalog history started at its consistent
+point (as ``pgcdc run --initial-load`` starts it), the checks that no table changed between
+the snapshot and the locks, the chunk plan (page ranges by ``ctid``) and the state file.
+What differs:
+
+1. the coordinator connection, which holds the snapshot, locks every table to load in
+   ACCESS SHARE mode and exports the snapshot again (``pg_export_snapshot``); its
+   transaction stays open until the last table is written, so each Spark task imports it
+   on a connection of its own (``SET TRANSACTION SNAPSHOT``) whenever it runs;
+2. per table, one Spark job (``readers`` tables at once, from threads of the driver): one
+   task per chunk COPYs its page range in text, decodes each
+   row with the stream's own decoders (chunk_reader.row_builder over a registry of the
+   custom types read under the snapshot) and hands it on as the Avro sink would encode it
+   (bool, int, long, float, double and bytes typed, every other value as
+   :func:`sinks.envelope.text_of` writes it); the driver turns the rows into the envelope
+   the stream's apply reads (``after`` a map of texts, exactly as streaming/apply.py's
+   Avro decoding builds it) and types them with the stream's own :func:`~streaming.apply.shape`,
+   so a value loaded in bulk lands as the same Spark value as one streamed through Kafka;
+3. the table is written in ONE Delta commit (an append), marked with the commit's
+   ``userMetadata`` ``pgcdc load <slot> <consistent point> <oid>`` and Delta's idempotent
+   write options; only after it the table's chunks are recorded done in the state file.
+
+Positions: every loaded row carries the initial load's read position, ``commit_lsn`` the
+consistent point minus one and the ordinal of (generation, chunk, row)
+(:func:`snapshot_builder.load_state.ordinal`), so every streamed change sorts after it and
+wins in the apply's guarded MERGE.  A keyless table (streaming/multiset.py) gets its rows
+numbered by occurrence (1..c per content) and the table property ``pgcdc.loadedAt``; the
+stream then counts only its changes.  The lake table is created as the stream creates it
+(:func:`streaming.evolution.evolve`: its columns, the metadata columns, ``pgcdc.oid``).
+
+Resume: a load cut short (killed, stopped, an error) continues table by table.  A table
+whose commit exists (found by its ``userMetadata`` in the Delta history) is complete, even
+if the state file did not record it yet; the others are read again, in full, under a new
+snapshot (the exported one died with the load): for a table with a key that is exact, for
+the reasons snapshot_builder/initial_load.py gives (every streamed change sorts after every
+read).  A keyless table is not: a row inserted after the consistent point and visible to
+the new snapshot would be counted by the read and again by the stream, so a keyless table
+is only loaded under the slot's own snapshot; keyless tables are loaded first, and a resume
+that finds one not loaded stops with :class:`KeylessResumeError` (drop the slot, remove the
+state file and the lake tables, and load again).
+
+The lake must not already hold rows for the tables loaded (:class:`LakeNotEmptyError`):
+this is the first load of a lake; later ones go through ``pgcdc snapshot-table``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import psycopg
+
+from decoder.change import RowDecoder
+from decoder.types import load_types
+from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from pgcdc.errors import TerminalError, TransientError
+from sinks.avro import field_name
+from sinks.envelope import text_of
+from sinks.kafka import topic_name
+from sinks.null import NullSink
+from snapshot_builder.catalog import TableVersion
+from snapshot_builder.chunk_reader import (
+    ChunkTask,
+    begin_in_snapshot,
+    chunk_too_large,
+    copy_query,
+    lock_tables,
+    row_builder,
+)
+from snapshot_builder.initial_load import (
+    InitialLoad,
+    LoadConfig,
+    _lock_error,
+    _Snapshot,
+)
+from snapshot_builder.load_progress import LoadProgress
+from snapshot_builder.load_state import MAX_CHUNK_ROWS, ChunkState, LoadState, ordinal
+from snapshot_builder.published import PublishedTable
+from streaming import multiset
+from streaming.apply import META_COLUMNS, shape, table_path
+from streaming.evolution import evolve, quote, set_properties, table_exists
+from streaming.ownership import owner
+from streaming.schema import COMMIT_LSN, ORDINAL, TEXT, TableSpec
+
+log = logging.getLogger(__name__)
+
+# the Avro sink's type per column (sinks/avro.py _PRIMITIVE) as Spark types; others: string
+_AVRO_SPARK = {"bool": "boolean", "int2": "int", "int4": "int", "int8": "bigint",
+               "oid": "bigint", "float4": "float", "float8": "double", "bytea": "binary"}
+
+
+class LakeLoadError(TransientError):
+    """A Spark job of the load failed (a task's connection, a lock timeout, the lake)."""
+
+
+class LakeNotEmptyError(TerminalError):
+    """A lake table the load would write already holds rows it did not write."""
+
+
+class KeylessResumeError(TerminalError):
+    """A keyless table not loaded under the slot's own snapshot: a later one is not exact."""
+
+
+def marker(state: LoadState, oid: int) -> str:
+    """The ``userMetadata`` of the Delta commit that loaded table ``oid``."""
+    return f"pgcdc load {state.slot} {state.consistent_point:X} {oid}"
+
+
+def spec_of(table: TableVersion, lsn: int, prefix: str = "pgcdc") -> TableSpec:
+    """The table version as the stream's catalog record gives it (sinks/kafka.py
+    publish_table: the version's dict, its LSN and its topic)."""
+    return TableSpec.from_dict(dict(table.to_dict(), lsn=lsn,
+                                    topic=topic_name(prefix, table.schema, table.name)))
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a Spark task needs to read its chunk (pickled to the executors)."""
+
+    dsn: str
+    options: str
+    snapshot: str
+    table: PublishedTable
+    load_lsn: int
+    generation: int
+
+
+def _plain(kind: str) -> Callable[[Any], Any]:
+    """A decoded value as the Avro sink writes it (sinks/avro.py's writers)."""
+    if kind == "boolean":
+        return bool
+    if kind in ("int", "bigint"):
+        return int
+    if kind in ("float", "double"):
+        return float
+    if kind == "binary":
+        return bytes
+    return lambda value: value if type(value) is str else text_of(value)
+
+
+def avro_row(table: TableVersion) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """A decoded row as the values of the Avro sink's ``Row`` record, in column order."""
+    plain = [(c.name, _plain(_AVRO_SPARK.get(c.type_name, "string"))) for c in table.columns]
+
+    def values(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(None if (v := row[name]) is None else convert(v) for name, convert in plain)
+
+    return values
+
+
+def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None, str | None]]
+               ) -> Iterator[tuple[Any, ...]]:
+    """One Spark task: the rows of its chunks, each as the Avro sink's values then the
+    row's ordinal; on its own connection, inside the load's snapshot."""
+    table = setup.table.table
+    values = avro_row(table)
+    custom = {c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID}
+    with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
+                         application_name="pgcdc lake load") as conn:
+        begin_in_snapshot(conn, setup.snapshot)
+        registry = TypeRegistry()
+        if custom:
+            load_types(conn, custom, registry)
+        decode = row_builder(RowDecoder(table, registry.decoder_for))
+        for index, start, end, since in chunks:
+            task = ChunkTask(setup.table, None, index, ChunkState(start, end), since)
+            base = ordinal(setup.generation, index, 0)
+            rows = 0
+            with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
+                for raw in copy.rows():
+                    if rows >= MAX_CHUNK_ROWS:
+                        raise chunk_too_large(task)
+                    yield (*values(decode(raw)), base + rows)
+                    rows += 1
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec) -> Any:
+    """The chunks' rows as the stream's envelopes (streaming/apply.py parse_envelopes'
+    shape): op ``r``, ``after`` a map of each value's text built as its Avro decoding builds
+    it, and ``source`` with the read's position."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    table = setup.table.table
+    fields = [field_name(c, i) for i, c in enumerate(table.columns)]
+    kinds = [_AVRO_SPARK.get(c.type_name, "string") for c in table.columns]
+    schema = StructType([StructField(f, _parse_datatype_string(k)) for f, k in
+                         zip(fields, kinds, strict=True)]
+                        + [StructField("_ordinal", _parse_datatype_string("bigint"), False)])
+    chunks = [(t.index, t.chunk.start, t.chunk.end, t.since) for t in tasks]
+    rdd = spark.sparkContext.parallelize(chunks, max(len(chunks), 1)).mapPartitions(
+        partial(read_chunk, setup))
+    rows = spark.createDataFrame(rdd, schema, verifySchema=False)  # typed by read_chunk
+    texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
+             for f, k in zip(fields, kinds, strict=True)]
+    names = ", ".join(_literal(c.name) for c in table.columns)
+    after = (f"map_from_arrays(array({names}), array({', '.join(texts)}))" if fields
+             else "CAST(map() AS MAP<STRING, STRING>)")
+    return rows.selectExpr(
+        "'r' AS op", "CAST(NULL AS MAP<STRING, STRING>) AS before", f"{after} AS after",
+        "CAST(array() AS ARRAY<STRING>) AS unchanged",
+        f"named_struct('commit_lsn', CAST({setup.load_lsn} AS BIGINT), 'ordinal', _ordinal, "
+        f"'table_oid', CAST({spec.oid} AS BIGINT), 'table_version', {_literal(spec.version)}, "
+        f"'schema', {_literal(spec.schema)}, 'table', {_literal(spec.name)}) AS source",
+        f"{_literal(spec.version)} AS _version")
+
+
+def lake_rows(events: Any, spec: TableSpec) -> Any:
+    """The envelopes typed by the stream's :func:`~streaming.apply.shape`, as lake rows:
+    the columns, the position and ``_pgcdc_text``; for a keyless table also the occurrence
+    of each row among the rows of the same content (streaming/multiset.py)."""
+    columns = [quote(c.name) for c in spec.columns]
+    rows = shape(events, spec).select(*columns, COMMIT_LSN, ORDINAL, TEXT)
+    if not multiset.keyless(spec):
+        return rows
+    content = columns + [f"{TEXT}[{_literal(c.name)}]" for c in spec.columns
+                         if c.untyped("x") is not None]
+    return rows.selectExpr(
+        "*", f"CAST(row_number() OVER (PARTITION BY {', '.join(content)} ORDER BY {ORDINAL}) "
+        f"AS BIGINT) AS {multiset.OCCURRENCE}")
+
+
+class LakeLoad(InitialLoad):
+    """The initial load (snapshot_builder/initial_load.py) with Spark reading the chunks and
+    writing Delta (module docstring)."""
+
+    def __init__(self, config: LoadConfig, spark: Any, lake: str, *,
+                 topic_prefix: str = "pgcdc") -> None:
+        if config.workers:
+            msg = "the lake load reads in Spark tasks: LoadConfig.workers must be 0"
+            raise ValueError(msg)
+        super().__init__(config, NullSink())
+        self.spark = spark
+        self.lake = lake
+        self.topic_prefix = topic_prefix
+        self.tables_at_once = config.readers  # tables loaded at once (their tasks: Spark's)
+        self._task_snapshot: str | None = None
+
+    def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
+                       generation: int, started: int) -> None:
+        """The coordinator locks the tables and exports its snapshot for the Spark tasks:
+        its transaction lasts until the last table is written."""
+        names = [(t.table.schema, t.table.name) for t in tables]
+        try:
+            lock_tables(snapshot.coordinator, names)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
+            raise _lock_error(exc) from exc
+        row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
+        assert row is not None
+        self._task_snapshot = str(row[0])
+
+    def _read(self, state: LoadState, snapshot: _Snapshot, tasks: list[ChunkTask],
+              stop: threading.Event, on_progress: Callable[[LoadProgress], None] | None) -> None:
+        by_table: dict[int, list[ChunkTask]] = {}
+        for task in tasks:
+            by_table.setdefault(task.table.oid, []).append(task)
+        specs = {oid: spec_of(t[0].table.table, state.load_lsn, self.topic_prefix)
+                 for oid, t in by_table.items()}
+        # keyless tables first: only the slot's own snapshot loads them exactly
+        order = sorted(by_table, key=lambda oid: (not multiset.keyless(specs[oid]),
+                                                  specs[oid].qualified_name))
+        # a few tables at once: a small table's time is mostly the driver's (Delta's log,
+        # planning), which overlaps another table's tasks; chunks recorded by this thread
+        with ThreadPoolExecutor(self.tables_at_once, "pgcdc-lake-load") as pool:
+            running: dict[Future[int], int] = {}
+            pending = list(order)
+            error: BaseException | None = None
+            while pending or running:
+                while pending and len(running) < self.tables_at_once and error is None \
+                        and not stop.is_set():
+                    oid = pending.pop(0)
+                    running[pool.submit(self._load_table, state, by_table[oid],
+                                        specs[oid])] = oid
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    oid = running.pop(future)
+                    try:
+                        rows = future.result()
+                    except BaseException as exc:  # the others finish; the first is raised
+                        error = error or exc
+                        continue
+                    table_tasks = by_table[oid]
+                    for i, task in enumerate(table_tasks):
+                        self._record_done(state, task, rows if i == len(table_tasks) - 1 else 0)
+                    if on_progress is not None:
+                        on_progress(self.progress)
+            if error is not None:
+                raise error
+
+    def _load_table(self, state: LoadState, tasks: list[ChunkTask], spec: TableSpec) -> int:
+        """Write one table's rows in one Delta commit (or find it written); its row count."""
+        spark, path = self.spark, table_path(self.lake, spec)
+        mark = marker(state, spec.oid)
+        if table_exists(spark, path):
+            written = _written(spark, path, mark)
+            if written is not None:
+                log.info("table %s was loaded into %s before the load was cut short",
+                         spec.qualified_name, path)
+                return written
+            held = owner(spark, path)
+            if (held is not None and held != spec.oid) or \
+                    spark.read.format("delta").load(path).limit(1).count():
+                msg = (f"the lake table {path} already holds rows (of table oid {held}), not "
+                       f"written by this load of {spec.qualified_name}: the lake load writes "
+                       "tables that do not exist yet; move it aside, or load through Kafka "
+                       "(pgcdc run --initial-load)")
+                raise LakeNotEmptyError(msg)
+        keyless = multiset.keyless(spec)
+        if keyless and state.generation > 0:
+            msg = (f"the keyless table {spec.qualified_name} was not loaded before the lake "
+                   "load was cut short, and a keyless table is only exact under the slot's "
+                   "own snapshot (a row inserted since would be counted twice): drop the slot, "
+                   f"remove {self.store.path} and the lake tables, and load again")
+            raise KeylessResumeError(msg)
+        assert self._task_snapshot is not None
+        # the load's session settings and lock timeout: a task that queues for its table
+        # behind a DDL (which waits for the coordinator's lock) fails instead of waiting
+        setup = _Setup(self.config.dsn, self._options(), self._task_snapshot, tasks[0].table,
+                       state.load_lsn, state.generation)
+        started = time.monotonic()
+        self.progress.tables[spec.oid].started = started
+        if keyless:
+            evolve(spark, path, spec, multiset.META_COLUMNS)
+            set_properties(spark, path, {multiset.LOADED_PROPERTY: str(state.load_lsn)})
+        else:
+            evolve(spark, path, spec, META_COLUMNS)
+        spark.sparkContext.setJobDescription(f"pgcdc lake load: {spec.qualified_name}")
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            rows = lake_rows(envelopes(spark, setup, tasks, spec), spec)
+            rows.write.format("delta").mode("append").option("userMetadata", mark)\
+                .option("txnAppId", mark).option("txnVersion", 0).save(path)
+        except Py4JJavaError as exc:  # a task failed (its Python error is in the text)
+            cause = str(exc.java_exception).strip().splitlines()
+            msg = (f"loading {spec.qualified_name} into {path} failed: "
+                   f"{cause[0] if cause else exc}; run the same command again: the load "
+                   "resumes with the tables not loaded yet")
+            raise LakeLoadError(msg) from exc
+        finally:
+            spark.sparkContext.setJobDescription(None)
+        written = _written(spark, path, mark) or 0
+        self.progress.tables[spec.oid].rows += written
+        log.info("loaded %s into %s: %d rows in %.1f s", spec.qualified_name, path, written,
+                 time.monotonic() - started)
+        return written
+
+
+def _written(spark: Any, path: str, mark: str) -> int | None:
+    """The rows the commit marked ``mark`` wrote, or None if the table has no such commit."""
+    from delta.tables import DeltaTable
+
+    found = DeltaTable.forPath(spark, path).history().where(
+        f"userMetadata = {_literal(mark)}").select("operationMetrics").collect()
+    if not found:
+        return None
+    return int((found[0]["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
+def load_lake(config: LoadConfig, lake: str, *, master: str | None = "local[2]",
+              topic_prefix: str = "pgcdc", spark: Any = None) -> bool:
+    """Load (or resume loading) the slot's tables into ``lake``; progress and a summary go
+    to stderr; SIGINT or SIGTERM stop it between tables.  True when every table is loaded."""
+    import signal
+    import sys
+
+    if spark is None:
+        from streaming.session import build_session
+
+        spark = build_session("pgcdc-lake-load", master=master)
+    load = LakeLoad(config, spark, lake, topic_prefix=topic_prefix)
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = load.run(stop=stop, on_progress=lambda p: print(
+            "\n".join(p.lines()), file=sys.stderr, flush=True))
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    print("\n".join(summary.lines()), file=sys.stderr, flush=True)
+    return summary.complete
