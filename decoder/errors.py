@@ -78,8 +78,9 @@ class PublishedTableMissingError(ReplicationError, ConfigError):
     def __init__(self, publication: str, tables: list[str], reason: str) -> None:
         super().__init__(
             f"cannot create publication {publication} for --tables {','.join(tables)}: "
-            f"{reason.strip()}; name existing tables as schema.table (unquoted, as the catalog "
-            "spells them), or create the table first")
+            f"{reason.strip()}; name existing tables as schema.table, as the catalog "
+            "spells them (a part holding a comma, a dot or a double quote double-quoted, "
+            'an inner double quote doubled: public."my,table"), or create the table first')
 
 
 class MissingIdentityError(ReplicationError, TerminalError):

@@ -22,6 +22,7 @@ from decoder.errors import (
     WalLevelError,
 )
 from decoder.lsn import parse_lsn
+from decoder.names import TableNameError, parse_table_name
 from decoder.replication import ReplicationConnection
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,11 @@ def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, creat
     if not create:
         raise PublicationMissingError(name)
     if tables:
-        targets = sql.SQL(", ").join(sql.Identifier(*_split(t)) for t in tables)
+        try:
+            parts = [parse_table_name(t) for t in tables]
+        except TableNameError as exc:
+            raise PublishedTableMissingError(name, tables, str(exc)) from None
+        targets = sql.SQL(", ").join(sql.Identifier(*p) for p in parts)
         query = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(name), targets)
     else:
         query = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name))
@@ -72,11 +77,6 @@ def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, creat
         raise PublishedTableMissingError(name, tables or [],
                                          exc.diag.message_primary or str(exc)) from None
     log.info("created publication %s", name)
-
-
-def _split(qualified: str) -> tuple[str, ...]:
-    schema, dot, table = qualified.partition(".")
-    return (schema, table) if dot else ("public", qualified)
 
 
 def check_identity(conn: Conn, publication: str) -> None:

@@ -270,7 +270,8 @@ def _source_options(parser: argparse.ArgumentParser, *, publication: bool = True
     if publication and tables:
         parser.add_argument("--tables",
                             help="comma-separated schema.table list for a publication pgcdc "
-                                 "creates")
+                                 "creates; double-quote a part holding a comma, a dot or a "
+                                 'double quote, an inner one doubled: public."my,table"')
 
 
 def _sink_options(parser: argparse.ArgumentParser) -> None:

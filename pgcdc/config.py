@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from decoder.names import TableNameError, parse_table_name, split_table_list
 from pgcdc.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -71,8 +72,20 @@ class _Section(BaseModel):
 
 
 def _split_tables(value: object) -> object:
-    if isinstance(value, str):
-        return [t.strip() for t in value.split(",") if t.strip()] or None
+    """A comma-separated list split at commas outside double quotes; each name readable
+    as ``schema.table`` with quoted parts (decoder/names.py), or a configuration error."""
+    try:
+        if isinstance(value, str):
+            names = split_table_list(value)
+            for name in names:
+                parse_table_name(name)
+            return names or None
+        if isinstance(value, list):
+            for name in value:
+                if isinstance(name, str):
+                    parse_table_name(name)
+    except TableNameError as exc:
+        _fail("source.tables", f"cannot be read: {exc}")
     return value
 
 
