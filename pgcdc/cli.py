@@ -107,14 +107,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-host",
                      help="address for --metrics-port (default 127.0.0.1)")
     run.add_argument("--max-lag-bytes", type=int,
-                     help="WAL-retention guard: act when the slot holds more WAL than this")
+                     help="WAL-retention guard: act when the slot holds more WAL than this "
+                          "(default 10737418240, 10 GiB; 0: off)")
     run.add_argument("--on-lag", choices=["warn", "stop"],
                      help="past --max-lag-bytes: warn (log and count, default) or stop "
                           "(exit 3)")
     run.add_argument("--heartbeat-interval", type=float,
                      help="seconds between heartbeats written into the WAL "
                           "(pg_logical_emit_message) and read back through the slot "
-                          "(default 0: off)")
+                          "(default 60; 0: off)")
     run.add_argument("--shutdown-grace-seconds", type=float,
                      help="on SIGTERM/SIGINT, wait this long for Kafka to acknowledge what it "
                           "holds (default 10); what it has not then is dropped, the slot "
@@ -494,7 +495,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         settings.source.conninfo(), slot=settings.source.slot,
         publication=settings.source.publication, tables=settings.source.tables,
         progress_file=progress_file, catalog_dir=catalog_dir,
-        status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes,
+        status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes or None,
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
         heartbeat_interval=service.heartbeat_interval,

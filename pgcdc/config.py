@@ -338,14 +338,22 @@ class LoadSettings(_Section):
     incremental_chunk_rows: int = Field(default=1024, ge=1)
 
 
+DEFAULT_MAX_LAG_BYTES = 10 * 1024**3
+DEFAULT_HEARTBEAT_INTERVAL = 60.0
+
+
 class ServiceSettings(_Section):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
-    max_lag_bytes: int | None = Field(default=None, ge=1)
+    # the WAL-retention guard, on by default: past this lag, on_lag acts (warn: a log line and
+    # a count, /health/ready 503); 10 GiB is a fraction of a managed server's disk; 0: off
+    max_lag_bytes: int = Field(default=DEFAULT_MAX_LAG_BYTES, ge=0)
     on_lag: Literal["warn", "stop"] = "warn"
     lag_interval: float = Field(default=5.0, gt=0)
     status_interval: float = Field(default=1.0, gt=0)
-    heartbeat_interval: float = Field(default=0.0, ge=0)  # 0: off
+    # heartbeats, on by default: pg_logical_emit_message (EXECUTE granted to PUBLIC, no
+    # table, no extra privilege) every minute; 0: off
+    heartbeat_interval: float = Field(default=DEFAULT_HEARTBEAT_INTERVAL, ge=0)
     # a stop (SIGTERM) waits this long for the sink; then pgcdc exits 4 saying what it left
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     max_retries: int = Field(default=0, ge=0)  # failures in a row before giving up; 0: never
