@@ -3,6 +3,12 @@
 The estimate is ``pg_class.reltuples`` at the snapshot (``-1`` when the table was
 never vacuumed or analyzed: then the table's progress counts chunks).  Rows
 are counted when the writer hands them to the sink, not when they are durable.
+
+Statistics can be stale (a table filled since its last ANALYZE): once the rows read pass
+``reltuples``, the estimate is replaced by the rows per byte read so far times the table's
+size at the snapshot (by chunks when the size is unknown), shown as re-estimated, or as
+unknown (``?``) before anything is durable; the percentage then follows the pages read.
+No count is shown above its estimate, no percentage above 100 %.
 """
 
 from __future__ import annotations
@@ -24,11 +30,34 @@ class TableProgress:
     finished: float | None = None
 
     @property
+    def stale(self) -> bool:
+        """The catalog's estimate is known to be wrong: more rows were read than it says."""
+        return self.rows > self.estimated_rows >= 0
+
+    @property
+    def expected_rows(self) -> int | None:
+        """The rows the table is expected to hold: the catalog's estimate while the count
+        is within it, else extrapolated from what was read (at least the rows counted);
+        ``None`` when nothing says."""
+        if self.finished is not None:
+            return self.rows
+        if self.estimated_rows >= 0 and not self.stale:
+            return self.estimated_rows
+        if self.size and self.bytes_done:
+            return max(self.rows, round(self.rows * self.size / self.bytes_done))
+        if self.chunks and self.chunks_done:
+            return max(self.rows, round(self.rows * self.chunks / self.chunks_done))
+        return None
+
+    @property
     def fraction(self) -> float:
         if self.finished is not None:
             return 1.0
-        by_chunks = self.chunks_done / self.chunks if self.chunks else 1.0
-        if self.estimated_rows > 0:
+        by_chunks = min(self.chunks_done / self.chunks, 1.0) if self.chunks else 1.0
+        if self.size and self.bytes_done:
+            by_chunks = max(by_chunks, min(self.bytes_done / self.size, 1.0))
+        by_chunks = min(by_chunks, 0.99)  # not finished: not 100 %
+        if self.estimated_rows > 0 and not self.stale:
             return max(min(self.rows / self.estimated_rows, 0.99), by_chunks)
         return by_chunks
 
@@ -67,10 +96,9 @@ class LoadProgress:
         for table in self.tables.values():
             if table.finished is not None:
                 continue
-            expected: float = max(table.estimated_rows, table.rows)
-            if table.estimated_rows < 0 and table.chunks_done:
-                expected = table.rows * table.chunks / table.chunks_done
-            left += max(expected - table.rows, 0)
+            expected = table.expected_rows
+            if expected is not None:
+                left += max(expected - table.rows, 0)
         return left / rate
 
     def lines(self) -> list[str]:
@@ -79,9 +107,14 @@ class LoadProgress:
         for table in self.tables.values():
             if table.started is None or table.finished is not None:
                 continue
-            estimate = f"~{table.estimated_rows:,}" if table.estimated_rows >= 0 else "?"
+            expected = table.expected_rows
+            estimate = "?" if expected is None else f"~{expected:,}"
+            note = ""
+            if table.stale:  # reltuples was stale: say so, with what it said
+                note = (f" ({'' if expected is None else 're-estimated; '}the statistics "
+                        f"said {table.estimated_rows:,})")
             size = _bytes(table.size) if table.size else "?"
-            out.append(f"  {table.name}: {table.rows:,} / {estimate} rows, "
+            out.append(f"  {table.name}: {table.rows:,} / {estimate} rows{note}, "
                        f"{_bytes(table.bytes_done)} / {size} "
                        f"({table.fraction:.0%}, chunk {table.chunks_done}/{table.chunks})")
         eta = self.eta()

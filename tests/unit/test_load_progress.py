@@ -29,3 +29,46 @@ def test_summary_has_every_table_and_the_workers_memory() -> None:
     assert summary[1] == "  2 worker processes, peak RSS 65 MiB (the largest)"
     assert summary[2].startswith("  public.t: 10 rows, 8.0 kB, 1/1 chunks, 0.0 s")
     assert summary[2].endswith(", done")
+
+
+def _loading(estimate: int, chunks: int, size: int = 0) -> tuple[LoadProgress, TableProgress]:
+    progress = LoadProgress(generation=1)
+    table = progress.tables[1] = TableProgress("public.big", estimate, chunks, size=size)
+    table.started = progress.started
+    return progress, table
+
+
+def test_a_stale_estimate_is_replaced_by_the_rows_per_byte_read() -> None:
+    # the case: reltuples said 38,007, the table held about 300,000 rows
+    progress, table = _loading(38_007, 40, size=40 * 1024 * 1024)
+    table.rows, table.chunks_done, table.bytes_done = 270_756, 36, 36 * 1024 * 1024
+    line = progress.lines()[0]
+    assert line == ("  public.big: 270,756 / ~300,840 rows (re-estimated; the statistics said "
+                    "38,007), 36.0 MB / 40.0 MB (90%, chunk 36/40)")
+    assert table.expected_rows == 300_840
+    eta = progress.eta()
+    assert eta is not None and eta > 0  # rows still expected, not "done" at 38,007
+
+
+def test_a_stale_estimate_with_nothing_durable_yet_is_unknown() -> None:
+    progress, table = _loading(100, 8, size=8 * 8192)
+    table.rows = 5_000  # handed to the sink, no chunk durable yet
+    assert progress.lines()[0].startswith(
+        "  public.big: 5,000 / ? rows (the statistics said 100), ")
+    assert "(0%, chunk 0/8)" in progress.lines()[0]
+
+
+def test_no_count_above_its_estimate_and_no_percentage_above_100() -> None:
+    for estimate in (-1, 0, 10, 1_000, 1_000_000):
+        for size in (0, 1 << 20):
+            progress, table = _loading(estimate, 4, size=size)
+            for done in range(5):
+                table.chunks_done, table.bytes_done = done, size * done // 4
+                table.rows = 3_000 * done + 7
+                expected = table.expected_rows
+                assert expected is None or expected >= table.rows, (estimate, size, done)
+                assert 0.0 <= table.fraction <= 0.99
+                percent = int(progress.lines()[0].split("(")[-1].split("%")[0])
+                assert 0 <= percent <= 99
+    table.finished = table.started
+    assert table.fraction == 1.0 and table.expected_rows == table.rows
