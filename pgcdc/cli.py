@@ -28,6 +28,7 @@ from pgcdc.errors import ConfigError, PgcdcError, TransientError
 
 if TYPE_CHECKING:
     from pgcdc.pipeline import Pipeline
+    from pgcdc.restart import StateFiles
     from sinks.sink import Sink
     from snapshot_builder.incremental import IncrementalSnapshots
 
@@ -344,6 +345,16 @@ def _paths(settings: Settings) -> tuple[Path, Path, Path]:
             settings.state.load_state or state / f"{slot}.load.json")
 
 
+def _state_files(settings: Settings) -> StateFiles:
+    """Every state file of the slot: named together when a start over needs them gone."""
+    from pgcdc.restart import StateFiles
+
+    progress_file, catalog_dir, load_state = _paths(settings)
+    incremental = settings.state.incremental_state or \
+        progress_file.with_name(f"{settings.source.slot}.incremental.json")
+    return StateFiles(progress_file, catalog_dir, load_state, incremental)
+
+
 _CONFIGURED = ("run", "snapshot", "status", "slot", "snapshot-table")
 
 
@@ -491,10 +502,12 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         sink.close()  # stopped during the load: nothing to stream yet
         return 0
     service = settings.service
+    state_files = _state_files(settings)
     pipeline = Pipeline(PipelineConfig(
         settings.source.conninfo(), slot=settings.source.slot,
         publication=settings.source.publication, tables=settings.source.tables,
         progress_file=progress_file, catalog_dir=catalog_dir,
+        load_state=state_files.load_state, incremental_state=state_files.incremental_state,
         status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes or None,
         on_lag=service.on_lag, lag_interval=service.lag_interval,
         sample_lag=service.metrics_port is not None,
@@ -765,7 +778,7 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
 
     progress_file, catalog_dir, _ = _paths(settings)
     report = status_report(settings.source.conninfo(), settings.source.slot, progress_file,
-                           catalog_dir)
+                           catalog_dir, files=_state_files(settings))
     sink = settings.sink
     if sink.kind == "kafka" and sink.bootstrap_servers:
         from confluent_kafka import KafkaException
@@ -824,11 +837,13 @@ def _slot(settings: Settings, args: argparse.Namespace) -> int:
         print(f'dropped replication slot "{slot}"')
         if args.all:
             _uninstall(conn)
-    progress_file, catalog_dir, _ = _paths(settings)
-    if progress_file.exists():
-        print(f"pgcdc: {progress_file} still holds the dropped slot's progress, so pgcdc run "
-              "refuses to start from a new slot: remove it (and "
-              f"{catalog_dir}) to start over", file=sys.stderr)
+    from pgcdc.restart import start_over
+
+    files = _state_files(settings)
+    if files.progress_file is not None and files.progress_file.exists():
+        print(f"pgcdc: {files.progress_file} still holds the dropped slot's progress, so "
+              "pgcdc run refuses to start from a new slot; "
+              f"{start_over(slot, files, drop_slot=False)}", file=sys.stderr)
     return 0
 
 

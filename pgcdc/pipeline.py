@@ -52,6 +52,7 @@ from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former h
 from pgcdc.errors import PgcdcError, TerminalError, TransientError
 from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
+from pgcdc.restart import StateFiles, start_over
 from pgcdc.row_decoders import RowDecoders
 from pgcdc.sink_watch import SinkWatch
 from sinks.acks import DeliveryError
@@ -96,6 +97,10 @@ class PipelineConfig:
     sink_stall_seconds: float = 30.0
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
     catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
+    # the initial load's and incremental snapshots' state files, named with the progress file
+    # and catalog folder when changes were lost (pgcdc/restart.py)
+    load_state: Path | None = None
+    incremental_state: Path | None = None
     capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)
     # the WAL-retention guard: the slot's lag (server WAL end minus confirmed_flush_lsn),
     # sampled over a normal connection at most every lag_interval seconds
@@ -251,9 +256,11 @@ class Pipeline:
             check_wal_level(conn)
             if self._store is not None:
                 stored = self._store.load()
+                files = StateFiles(self._store.path, cfg.catalog_dir, cfg.load_state,
+                                   cfg.incremental_state)
                 check_against_slot(stored, slot_info(conn, cfg.slot), slot_name=cfg.slot,
                                    system_identifier=identity[0],
-                                   database=identity[1], path=self._store.path)
+                                   database=identity[1], path=self._store.path, files=files)
                 self._acks.stored = stored.durable_lsn if stored else -1
             ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
             check_identity(conn, cfg.publication)
@@ -285,9 +292,11 @@ class Pipeline:
                      database=self._acks.identity[1], slot=cfg.slot)
         if not slot_exists and folder.holds_history():
             msg = (f"the catalog folder {cfg.catalog_dir} holds the history of an earlier "
-                   f'slot "{cfg.slot}", which is gone: its catalog may miss DDL made since; '
-                   "remove the folder so a new slot's catalog is read afresh (and "
-                   "re-snapshot the tables)")
+                   f'slot "{cfg.slot}", which is gone: its catalog may miss DDL made since, '
+                   "so a new slot's catalog must be read afresh; "
+                   + start_over(cfg.slot, StateFiles(cfg.progress_file, cfg.catalog_dir,
+                                                     cfg.load_state, cfg.incremental_state),
+                                drop_slot=False))
             raise CatalogError(msg)
 
     def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,

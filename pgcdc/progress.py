@@ -26,6 +26,7 @@ from typing import IO
 from decoder.lsn import format_lsn
 from decoder.slot import SlotInfo
 from pgcdc.errors import TerminalError
+from pgcdc.restart import StateFiles, start_over
 
 
 class DataLossError(TerminalError):
@@ -112,12 +113,13 @@ class ProgressStore:
 
 
 def check_against_slot(stored: StoredProgress | None, slot: SlotInfo | None, *, slot_name: str,
-                       system_identifier: str, database: str, path: Path) -> None:
-    """Raise :class:`DataLossError` if streaming on would skip changes."""
+                       system_identifier: str, database: str, path: Path,
+                       files: StateFiles | None = None) -> None:
+    """Raise :class:`DataLossError` if streaming on would skip changes; its message has every
+    step of starting over (``files``: the state besides the progress file at ``path``)."""
     if stored is None:
         return
-    fix = (f"re-snapshot the affected tables, then remove {path} to accept the gap "
-           "and start over")
+    fix = start_over(slot_name, files or StateFiles(path), drop_slot=slot is not None)
     if stored.system_identifier != system_identifier or stored.database != database:
         msg = (f"stored progress in {path} belongs to database {stored.database!r} of system "
                f"{stored.system_identifier}, not {database!r} of {system_identifier}: "

@@ -13,10 +13,14 @@ import psycopg
 from decoder.lsn import format_lsn
 from decoder.slot import slot_info
 from pgcdc.progress import ProgressStore
+from pgcdc.restart import StateFiles, start_over
 from snapshot_builder.history import CatalogGapError, CatalogHistory, HistoryFile
 
 
-def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -> dict[str, Any]:
+def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path, *,
+                  files: StateFiles | None = None) -> dict[str, Any]:
+    """``files``: every state file of the slot, named when changes were lost (by default the
+    progress file and the catalog folder)."""
     report: dict[str, Any] = {"slot": slot}
     with psycopg.connect(dsn, autocommit=True) as conn:
         info = slot_info(conn, slot)
@@ -51,7 +55,8 @@ def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path) -
     report["stored_progress"] = format_lsn(stored.durable_lsn) if stored else None
     report["progress_check"] = progress_check(
         stored.durable_lsn if stored else None, info is not None,
-        info.wal_status if info else None, info.confirmed_flush_lsn if info else None)
+        info.wal_status if info else None, info.confirmed_flush_lsn if info else None,
+        slot=slot, files=files or StateFiles(progress_file, catalog_dir))
     report.update(catalog_report(catalog_dir))
     return report
 
@@ -60,11 +65,11 @@ LOST = "DATA LOSS"  # how a progress check that found changes gone begins
 
 
 def progress_check(stored: int | None, exists: bool, wal_status: str | None,
-                   confirmed: int | None) -> str:
+                   confirmed: int | None, *, slot: str = "pgcdc",
+                   files: StateFiles | None = None) -> str:
     """What the stored progress and the slot say together: ``ok``, a note, or ``DATA LOSS:``
-    with what happened and what to do (``pgcdc status`` then exits 3)."""
-    reload = ("create the slot again (pgcdc slot create, after removing the progress file "
-              "and the catalog folder) and re-load the tables (pgcdc run --initial-load)")
+    with what happened and every step of starting over (``pgcdc status`` then exits 3)."""
+    reload = start_over(slot, files or StateFiles(None), drop_slot=exists)
     if exists and wal_status == "lost":
         return (f"{LOST}: the slot was invalidated (the server removed WAL it still needed, "
                 f"max_slot_wal_keep_size): the changes since it are gone; {reload}")

@@ -101,6 +101,7 @@ from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc import failpoints
 from pgcdc.errors import TerminalError, TransientError
 from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
+from pgcdc.restart import StateFiles, start_over
 from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import SnapshotBuilder
@@ -290,14 +291,14 @@ class InitialLoad:
                    f"{state.publication!r}), not {cfg.slot!r} ({cfg.publication!r}): choose "
                    "another state file")
             raise LoadStateError(msg)
-        fix = (f"drop the slot, remove {self.store.path} and the topics of the load, "
-               "then load again")
+        files = StateFiles(cfg.progress_file, cfg.catalog_dir, self.store.path)
         if info is None:
             when = "after" if state.status == COMPLETE else "during"
             msg = (f'replication slot "{cfg.slot}" disappeared {when} its initial load: the '
-                   f"changes since are lost; remove {self.store.path} and the topics of the load, "
-                   "then load again")
+                   "changes since are lost; "
+                   f"{start_over(cfg.slot, files, drop_slot=False, topics=True)}")
             raise DataLossError(msg)
+        fix = start_over(cfg.slot, files, drop_slot=True, topics=True)
         if state.status == COMPLETE:
             return
         if info.confirmed_flush_lsn != state.consistent_point:
@@ -330,7 +331,9 @@ class InitialLoad:
             if cfg.progress_file is not None:
                 check_against_slot(ProgressStore(cfg.progress_file).load(), None,
                                    slot_name=cfg.slot, system_identifier=str(system_id),
-                                   database=str(database), path=cfg.progress_file)
+                                   database=str(database), path=cfg.progress_file,
+                                   files=StateFiles(cfg.progress_file, cfg.catalog_dir,
+                                                    cfg.state_file))
             exported = create_slot_exporting_snapshot(stream, cfg.slot, two_phase=cfg.two_phase)
             state = LoadState(cfg.slot, str(system_id), str(database), cfg.publication,
                               exported.consistent_point)

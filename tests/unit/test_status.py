@@ -16,7 +16,7 @@ def test_the_progress_check_names_every_loss_and_its_fix() -> None:
     assert lost.startswith(LOST) and "max_slot_wal_keep_size" in lost
     assert progress_check(None, True, "lost", None).startswith(LOST)
     gone = progress_check(100, False, None, None)  # dropped while progress is stored
-    assert gone.startswith(LOST) and "slot is gone" in gone and "pgcdc slot create" in gone
+    assert gone.startswith(LOST) and "slot is gone" in gone and "pgcdc run --initial-load" in gone
     assert not progress_check(None, False, None, None).startswith(LOST)
     assert not progress_check(None, True, "reserved", 5).startswith(LOST)
 
