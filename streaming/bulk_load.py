@@ -160,7 +160,7 @@ def avro_row(table: TableVersion) -> Callable[[dict[str, Any]], tuple[Any, ...]]
     return values
 
 
-def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None, str | None]]
+def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
                ) -> Iterator[tuple[Any, ...]]:
     """One Spark task: the rows of its chunks, each as the Avro sink's values then the
     row's ordinal; on its own connection, inside the load's snapshot."""
@@ -174,8 +174,8 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None, str |
         if custom:
             load_types(conn, custom, registry)
         decode = row_builder(RowDecoder(table, registry.decoder_for))
-        for index, start, end, since in chunks:
-            task = ChunkTask(setup.table, None, index, ChunkState(start, end), since)
+        for index, start, end in chunks:
+            task = ChunkTask(setup.table, None, index, ChunkState(start, end), None)
             base = ordinal(setup.generation, index, 0)
             rows = 0
             with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
@@ -202,7 +202,10 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     schema = StructType([StructField(f, _parse_datatype_string(k)) for f, k in
                          zip(fields, kinds, strict=True)]
                         + [StructField("_ordinal", _parse_datatype_string("bigint"), False)])
-    chunks = [(t.index, t.chunk.start, t.chunk.end, t.since) for t in tasks]
+    # every chunk in full: a table is written in one commit, so a chunk recorded done at an
+    # earlier generation (whose delta read ChunkTask.since would ask for) has its commit, and
+    # a table read again has none (its lake table was removed since): nothing of it is kept
+    chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
     rdd = spark.sparkContext.parallelize(chunks, max(len(chunks), 1)).mapPartitions(
         partial(read_chunk, setup))
     rows = spark.createDataFrame(rdd, schema, verifySchema=False)  # typed by read_chunk
