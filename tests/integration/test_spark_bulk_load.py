@@ -70,6 +70,7 @@ def _assert_clone(dsn: str, spark: Any, lake: str, catalog: Any, names: set[str]
     assert all(r.equal for r in results), [r for r in results if not r.equal]
 
 
+@pytest.mark.timeout(1200)  # 16 and 8 min on the shared 2-core machine at load 40-50
 def test_lake_load_then_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
                                topic_prefix: str, spark: Any, tmp_path: Path) -> None:
     rows = _create(pg_conn)
@@ -151,6 +152,7 @@ def test_lake_load_then_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
                             catalog_dir=tmp_path / "catalog2"), spark, lake).run()
 
 
+@pytest.mark.timeout(1200)  # 16 and 8 min on the shared 2-core machine at load 40-50
 def test_lake_load_killed_between_tables_resumes(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
         tmp_path: Path) -> None:
