@@ -85,6 +85,8 @@ class Acknowledger:
         self._last_lag_check = 0.0
         self._last_heartbeat = 0.0
         self._heartbeat_failing = False
+        self._lag_sampling_failing = False
+        self._lag_over = False  # the last sample was above the limit (warned once)
 
     def start(self, flushed: int) -> None:
         """Begin at the slot's confirmed flush position."""
@@ -165,21 +167,33 @@ class Acknowledger:
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
                 "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)).fetchone()
         except psycopg.OperationalError as exc:  # a missed sample must not stop streaming
-            log.warning("cannot sample the lag of slot %s: %s", self.config.slot, exc)
+            if not self._lag_sampling_failing:  # once per run of failures, not every sample
+                log.warning("cannot sample the lag of slot %s: %s (a standby cannot: "
+                            "max_lag_bytes = 0 turns the guard off); streaming goes on",
+                            self.config.slot, str(exc).strip())
+            self._lag_sampling_failing = True
             return
+        self._lag_sampling_failing = False
         if row is None or row[0] is None:
             return
         lag = int(str(row[0]))
         self.progress.lag_bytes = lag
         limit = self.config.max_lag_bytes
         if limit is None or lag <= limit:
+            if self._lag_over and limit is not None:
+                log.info('replication slot "%s" is back within --max-lag-bytes %d (%d bytes '
+                         "behind)", self.config.slot, limit, lag)
+            self._lag_over = False
             return
         self.progress.lag_exceeded += 1
         if self.config.on_lag == "stop":
             raise LagLimitError(self.config.slot, lag, limit)
-        log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
-                    "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms it",
-                    self.config.slot, lag, limit)
+        if not self._lag_over:  # once when the limit is crossed, not at every sample
+            log.warning('replication slot "%s" is %d bytes behind the server\'s WAL '
+                        "(--max-lag-bytes %d); the server keeps that WAL until pgcdc confirms "
+                        "it; pgcdc says so again when it is back within the limit",
+                        self.config.slot, lag, limit)
+        self._lag_over = True
 
     def _emit_heartbeat(self) -> None:
         """Write a heartbeat into the WAL of the slot's database (a normal connection)."""
