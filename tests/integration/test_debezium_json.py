@@ -1,8 +1,8 @@
 """``pgcdc run --format json`` against real PostgreSQL and Kafka gives Debezium's records.
 
-The table and the statements of ../shared/reference/debezium-3.6.1 (what Debezium 3.6.1's
-PostgreSQL connector wrote for them, under three settings), run through the CLI with the
-same settings; each record's key, and its value's ``before``, ``after``, ``op`` and
+The table and the statements of tests/golden/debezium-3.6.1 (a copy of ../shared/reference:
+what Debezium 3.6.1's PostgreSQL connector wrote for them, under three settings), run through
+the CLI with the same settings; each record's key, and its value's ``before``, ``after``, ``op`` and
 ``source``, must equal Debezium's, leaving out only the fields the reference lists as
 varying (and ``source.version``/``source.connector``, which name the producer).
 ``source.db`` is compared with this test's database (the recording's was ``postgres``).
@@ -26,7 +26,7 @@ from tests.oracle import raw_records
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "debezium-3.6.1"
+REFERENCE = Path(__file__).resolve().parents[1] / "golden" / "debezium-3.6.1"
 SETTINGS = {
     "defaults.json": [],
     "decimal-interval-string.json": ["--decimal-handling-mode", "string",

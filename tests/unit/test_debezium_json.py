@@ -1,5 +1,6 @@
 """Debezium's JSON encodings (sinks/debezium_json.py), each converter on its own and the
-whole envelope against Debezium 3.6.1's recorded records (../shared/reference)."""
+whole envelope against Debezium 3.6.1's recorded records (tests/golden/debezium-3.6.1, a
+copy of ../shared/reference)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sinks.debezium_json import JsonOptions, UnrepresentableValueError
 from sinks.envelope import JsonEncoder, _dumps, encode_value, envelope
 from snapshot_builder.catalog import Column, TableVersion
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "debezium-3.6.1"
+REFERENCE = Path(__file__).resolve().parents[1] / "golden" / "debezium-3.6.1"
 # (name, type OID, typmod, the server's text of the inserted value in pgcdc's session)
 _ENUM_OID = 99_999
 COLUMNS = (
