@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sinks.kafka import topic_name
+from sinks.kafka import table_name, topic_name
 from snapshot_builder.catalog import Column, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import (
@@ -175,7 +175,7 @@ def test_which_table_holds_a_lake_location() -> None:
     older one's late events are left out; two tables the catalog cannot order are an error."""
     old, new = _table(16410, NAME), _table(16420, NAME)
     catalog = _catalog([e.to_json() for e in _entries()], [_record(old, 100), _record(new, 500)])
-    where = {"path": "lake/public.we_ird_name", "name": f"public.{NAME}"}
+    where = {"path": f"lake/{table_name('public', NAME)}", "name": f"public.{NAME}"}
     assert replaces(16420, 16410, catalog, **where)
     assert not replaces(16410, 16420, catalog, **where)
     # without DDL capture, by the LSNs the records were published with
@@ -225,5 +225,5 @@ def test_lives_are_ordered_by_birth_not_by_oid() -> None:
     catalog = _catalog(lines, [_record(first, 100), _record(second, 300)])
     summary = {oid: TableBatch(None, frozenset({"c"})) for oid in (16384, 40000)}
     assert _lives(summary, catalog) == [40000, 16384]
-    where = {"path": "lake/public.we_ird_name", "name": f"public.{NAME}"}
+    where = {"path": f"lake/{table_name('public', NAME)}", "name": f"public.{NAME}"}
     assert replaces(16384, 40000, catalog, **where)
