@@ -14,8 +14,12 @@ From the repository root::
     python -m bench.lake_model --programs 20 --no-kills --shrink
 
 A failing program is shrunk (``--shrink``, slow: each step of shrinking runs the pipeline)
-and its SQL written to ``--failures`` (one file per failure, named by seed).  Prints a JSON
-summary (programs, steps, kills, failures); the exit status is 1 if a program failed.
+and its SQL written to ``--failures`` (one file per failure, named by seed: the error as
+comments, a statement a line, and ``-- capture`` / ``-- apply`` where the program captured
+and applied; ``tests.lake_model.Program.run`` replays it).  Prints a JSON summary: the
+programs that ran to their check (hypothesis may run a few more than asked; a failure ends
+its batch), the statements they ran, kills, failures, seconds; the exit status is 1 if a
+program failed.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
 from tests.integration.test_lake_model import model_settings
-from tests.lake_model import LakeModel, Rig, machine
+from tests.lake_model import APPLY, CAPTURE, LakeModel, Rig, machine
 
 log = logging.getLogger("bench.lake_model")
 
@@ -55,10 +59,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       kills=None if args.no_kills else random.Random(args.seed))
             bound = machine(rig)
             last: list[LakeModel] = []
+            ran: list[int] = []  # each program run: its statements (a failure ends a batch)
             original = bound.teardown
 
             def teardown(self: LakeModel) -> None:  # keeps the last program for its SQL
                 last[:] = [self]
+                ran.append(sum(s not in (CAPTURE, APPLY) for s in self.program.statements))
                 original(self)
 
             bound.teardown = teardown  # type: ignore[method-assign]
@@ -76,17 +82,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if args.failures is not None:
                         args.failures.mkdir(parents=True, exist_ok=True)
                         path = args.failures / f"lake_model_{seed}.sql"
-                        path.write_text(f"-- {exc}\n" + ";\n".join(statements) + ";\n")
+                        path.write_text(_listing(str(exc), statements))
                         failures[-1]["file"] = str(path)
                     log.error("programs %d-%d (seed %d) failed: %s", batch, batch + count - 1,
                               seed, str(exc).splitlines()[0][:300])
-                log.info("%d of %d programs run, %d kills, %d failures", batch + count,
-                         args.programs, rig.killed, len(failures))
+                log.info("%d programs run (%d asked), %d kills, %d failures", len(ran),
+                         batch + count, rig.killed, len(failures))
         finally:
             spark.stop()
-    return {"programs": args.programs, "steps": args.steps, "seed": args.seed,
-            "kills": rig.killed, "failures": failures,
+    return {"programs": len(ran), "asked": args.programs, "steps": args.steps,
+            "statements": sum(ran), "seed": args.seed, "kills": rig.killed,
+            "failures": failures,
             "seconds": round(time.monotonic() - started, 1)}
+
+
+def _listing(error: str, statements: list[str]) -> str:
+    """A failing program as an SQL file: the error as comments, then each statement on a
+    line of its own (ended by ``;``), and where the program captured and applied (the lines
+    ``-- capture`` and ``-- apply``, which Program.run replays)."""
+    head = error.split("; program:")[0]
+    lines = [f"-- {line}" for line in head.splitlines()]
+    lines += [s if s in (CAPTURE, APPLY) else f"{s};" for s in statements]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
