@@ -27,13 +27,26 @@ commit's ``add`` actions carry the maximum ``id`` of the files they add (Delta's
 statistics, under the column's physical name: column mapping).  The first ``--warmup``
 seconds are left out.
 
-Targets (2-core machine): catch-up >= 25,000 events/s; latency p50 <= 5 s, p99 <= 15 s.
+**Tables** (``--tables``).  The same ``--events`` change events (four fifths inserts, then
+updates of a quarter of the rows, one transaction per table and step) spread over each of
+``--table-counts`` tables (``tbl<N>.t0`` ... ``tbl<N>.t<N-1>``, bigint key, int, text,
+numeric, each count in its own schema, slot and topic prefix), all captured first.  Then, per
+table count, a fresh query (new lake and checkpoint, the ``availableNow`` trigger and
+``pgcdc spark``'s default ``maxOffsetsPerTrigger``) drains its prefix: the wall time from
+``start()`` to the query's end, its ratio to the time for 1 table, and events/s; once per
+``--threads`` value (tables applied at once; 1 is the one-after-the-other apply of before).
+Each lake table is checked against its source (row count and sum of ids and values).  An
+unmeasured run of the smallest count warms the JVM first.
+
+Targets (2-core machine): catch-up >= 25,000 events/s; latency p50 <= 5 s, p99 <= 15 s;
+tables: drain time with 100 tables <= 2x that with 1 table, with 500 tables <= 4x.
 
 From the repository root::
 
     python -m bench.spark_bench                      # both parts, defaults below
     python -m bench.spark_bench --catchup --rows 200000 --batch-sizes 10000 50000 200000
     python -m bench.spark_bench --latency --seconds 120 --rate 1000
+    python -m bench.spark_bench --tables --events 20000 --table-counts 1 10 100
 """
 
 from __future__ import annotations
@@ -62,6 +75,7 @@ from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink
 from streaming import job
+from streaming.apply import APPLY_THREADS
 
 log = logging.getLogger("bench.spark_bench")
 
@@ -69,6 +83,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET_EVENTS_PER_S = 25_000
 TARGET_P50_S = 5.0
 TARGET_P99_S = 15.0
+TARGET_TABLE_RATIOS = {100: 2.0, 500: 4.0}  # drain time at N tables / at 1 table, at most
 
 ORDERS_DDL = """
 CREATE SCHEMA IF NOT EXISTS bench;
@@ -226,6 +241,122 @@ def catchup(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             spark.stop()
     return {"rows": args.rows, "events": events, "kafka_records": records, "runs": runs,
+            **_machine()}
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def _fill_tables(dsn: str, schema: str, tables: int, events: int) -> tuple[int, int]:
+    """``events`` changes over ``tables`` tables: 4/5 inserts, then updates of a quarter of
+    the rows; returns (rows, changes)."""
+    rows = max(1, events * 4 // 5 // tables)
+    updated = max(1, rows // 4)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(tables):
+            conn.execute(f"INSERT INTO {schema}.t{i} (id, n, label, amount) "
+                         "SELECT g, g, 'row ' || g, g / 100.0 "
+                         "FROM generate_series(1, %s::bigint) g", (rows,))
+        for i in range(tables):
+            conn.execute(f"UPDATE {schema}.t{i} SET n = n + 1, label = 'updated' "
+                         "WHERE id <= %s", (updated,))
+    return rows * tables, (rows + updated) * tables
+
+
+def _prepare_tables(dsn: str, servers: str, count: int, events: int) -> dict[str, Any]:
+    """Schema ``tbl<count>`` with ``count`` tables, its workload captured under the topic
+    prefix ``tbl<count>``."""
+    schema = f"tbl{count}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for i in range(count):
+            conn.execute(f"CREATE TABLE {schema}.t{i} (id bigint PRIMARY KEY, n int NOT NULL, "
+                         "label text, amount numeric(12, 2))")
+        conn.execute(f"CREATE PUBLICATION {schema}_pub FOR TABLES IN SCHEMA {schema}")
+    sink = KafkaSink(servers, topic_prefix=schema)
+    pipeline = Pipeline(PipelineConfig(dsn, slot=schema, publication=f"{schema}_pub",
+                                       create_publication=False), sink)
+    pipeline.prepare()
+    rows, changes = _fill_tables(dsn, schema, count, events)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        until = current_wal_lsn(conn)
+        source = conn.execute(
+            "SELECT count(*), sum(id + n), sum(amount) FROM (" + " UNION ALL ".join(
+                f"SELECT id, n, amount FROM {schema}.t{i}" for i in range(count))
+            + ") s").fetchone()
+    pipeline.run(until_lsn=until)
+    sink.close()
+    assert source is not None
+    return {"tables": count, "schema": schema, "rows": rows, "events": changes,
+            "source": (int(source[0]), int(source[1]), str(source[2]))}
+
+
+def _run_tables(spark: Any, servers: str, setup: dict[str, Any], root: Path,
+                max_offsets: int | None, threads: int) -> dict[str, Any]:
+    lake, checkpoint = root / "lake", root / "cp"
+    config = job.JobConfig(servers, lake.as_uri(), checkpoint.as_uri(),
+                           topic_prefix=setup["schema"], trigger_seconds=None,
+                           max_offsets_per_trigger=max_offsets, apply_threads=threads)
+    batches: list[int] = []
+    start = time.monotonic()
+    query = job.start(spark, config, lambda batch_id, applied: batches.append(batch_id))
+    query.awaitTermination(7200)
+    elapsed = time.monotonic() - start
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    frames = [spark.read.format("delta").load(f"{lake.as_uri()}/{setup['schema']}.t{i}")
+              for i in range(setup["tables"])]
+    whole = frames[0]
+    for frame in frames[1:]:
+        whole = whole.unionByName(frame)
+    row = whole.selectExpr("count(*) AS c", "sum(id + n) AS s",
+                           "CAST(sum(amount) AS STRING) AS a").collect()[0]
+    lake_sums = (int(row["c"]), int(row["s"] or 0), str(row["a"]))
+    return {"tables": setup["tables"], "threads": threads, "events": setup["events"],
+            "batches": len(batches),
+            "seconds": round(elapsed, 1),
+            "events_per_s": round(setup["events"] / elapsed),
+            "equal_to_source": lake_sums == setup["source"]}
+
+
+def tables(args: argparse.Namespace) -> dict[str, Any]:
+    from streaming.session import build_session
+
+    with PostgresServer(settings={"fsync": "off", "max_replication_slots": "20",
+                                  "max_wal_senders": "20"}) as server, \
+            KafkaBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        dsn = server.dsn()
+        counts = sorted(set(args.table_counts))
+        setups = {}
+        for count in counts:
+            started = time.monotonic()
+            setups[count] = _prepare_tables(dsn, broker.bootstrap_servers, count, args.events)
+            log.info("%d tables: %d events captured in %.1f s", count,
+                     setups[count]["events"], time.monotonic() - started)
+        spark = build_session("pgcdc-bench", extra_config=_event_log(args))
+        max_offsets = args.max_offsets if args.max_offsets else job.DEFAULT_MAX_OFFSETS
+        try:
+            if args.warm:
+                log.info("warm-up run (not measured)")
+                _run_tables(spark, broker.bootstrap_servers, setups[counts[0]],
+                            Path(tmp) / "warm", max_offsets, args.threads[-1])
+            runs = []
+            for threads in args.threads:
+                for count in counts:
+                    load_before = os.getloadavg()[0]
+                    run = _run_tables(spark, broker.bootstrap_servers, setups[count],
+                                      Path(tmp) / f"tables{count}-{threads}", max_offsets,
+                                      threads)
+                    run["load_average_1m_before"] = round(load_before, 2)
+                    log.info("tables %s", run)
+                    runs.append(run)
+        finally:
+            spark.stop()
+    for run in runs:
+        base = next((r["seconds"] for r in runs if r["tables"] == 1
+                     and r["threads"] == run["threads"]), runs[0]["seconds"])
+        run["ratio_to_1_table"] = round(run["seconds"] / base, 2)
+    return {"events": args.events, "max_offsets_per_trigger": max_offsets, "runs": runs,
             **_machine()}
 
 
@@ -389,6 +520,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--catchup", action="store_true", help="only the catch-up part")
     parser.add_argument("--latency", action="store_true", help="only the latency part")
+    parser.add_argument("--tables", action="store_true",
+                        help="only the tables part: one drain per table count")
+    parser.add_argument("--events", type=int, default=20_000,
+                        help="tables: change events, spread over each table count")
+    parser.add_argument("--table-counts", type=int, nargs="+", default=[1, 10, 100],
+                        help="tables: the table counts")
+    parser.add_argument("--max-offsets", type=int, default=None,
+                        help="tables: maxOffsetsPerTrigger (default: pgcdc spark's)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[APPLY_THREADS],
+                        help="tables: tables applied at once (1: one after the other, as "
+                             "before issue 16), each value a series of runs")
     parser.add_argument("--rows", type=int, default=200_000, help="catch-up: rows inserted")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[10_000, 50_000, 200_000],
                         help="catch-up: maxOffsetsPerTrigger values")
@@ -414,6 +556,23 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("streaming.job").setLevel(logging.INFO)
     if args.writer is not None:
         return run_writer(args.dsn, args.rate, args.rows_per_txn, args.seconds, args.writer)
+    if args.tables:
+        report = tables(args)
+        for run in report["runs"]:
+            target = TARGET_TABLE_RATIOS.get(run["tables"])
+            met = target is not None and run["ratio_to_1_table"] <= target
+            verdict = "" if target is None else (
+                f"; target <= {target}x {'met' if met else 'NOT met'}")
+            print(f"{run['events']:,} events over {run['tables']} table(s), {run['threads']} "
+                  f"thread(s): {run['seconds']} s "
+                  f"({run['batches']} batches) = {run['events_per_s']:,} events/s, "
+                  f"{run['ratio_to_1_table']}x the time for 1 table, lake equal: "
+                  f"{run['equal_to_source']}{verdict}")
+        print(json.dumps({"tables": report}))
+        if args.event_log is not None:
+            for job_ in jobs_by_step(args.event_log):
+                print(json.dumps(job_))
+        return 0
     both = not args.catchup and not args.latency
     if args.catchup or both:
         report = catchup(args)

@@ -235,7 +235,9 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--trigger-seconds", type=float, default=5.0)
     spark.add_argument("--available-now", action="store_true",
                        help="process what is in Kafka now, then stop (backfill)")
-    spark.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    spark.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N",
+                       help="Kafka offsets per micro-batch at most (default 200,000: what "
+                            "the driver's default memory holds; 0: no bound)")
     spark.add_argument("--changelog", action="store_true",
                        help="also append every event to <table>__changelog (history, audit)")
     spark.add_argument("--optimize-every", type=int, default=None, metavar="N",
@@ -950,7 +952,9 @@ def _spark(args: argparse.Namespace) -> int:
     config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
                            topic_prefix=args.topic_prefix,
                            trigger_seconds=None if args.available_now else args.trigger_seconds,
-                           max_offsets_per_trigger=args.max_offsets_per_trigger,
+                           max_offsets_per_trigger=job.DEFAULT_MAX_OFFSETS
+                           if args.max_offsets_per_trigger is None
+                           else args.max_offsets_per_trigger,
                            changelog=args.changelog, optimize_every=args.optimize_every,
                            archive_dropped=args.archive_dropped,
                            kafka_options=_spark_kafka_options(args))

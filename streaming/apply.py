@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -388,9 +391,14 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 idempotence: tuple[str, int] | None = None, changelog: bool = False,
                 versions: list[TableSpec] | None = None,
                 truncate: tuple[int, int] | None | object = _UNKNOWN,
-                ops: frozenset[str] | None = None, steps: Steps | None = None) -> int:
+                ops: frozenset[str] | None = None, steps: Steps | None = None,
+                bounds: tuple[str, str, str] | None | object = _UNKNOWN) -> int:
     """MERGE one table's events of a batch; returns how many rows it inserted, updated or
     deleted.
+
+    ``bounds``: the range of the table's first key column in the batch (or None), if the
+    caller measured it for every table at once (:func:`batch_bounds`); the table's own
+    statistics job is left out then.
 
     ``truncate`` and ``ops``: the position of the batch's newest truncate of this table and
     the operations present, if the caller knows them (:func:`summarize`); the truncate is
@@ -430,8 +438,12 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         changes = changes.unionByName(moved)
     latest = latest_per_key(changes, spec).persist()
     try:
-        with step("stats"):  # one pass: materializes the cache the MERGE then reads
-            stats = _batch_stats(latest, spec)
+        if bounds is _UNKNOWN:
+            with step("stats"):  # one pass: materializes the cache the MERGE then reads
+                stats = _batch_stats(latest, spec)
+        else:  # the MERGE materializes the cache; a delete only from a delete or an update
+            stats = _Stats(-1, int(ops is None or bool(ops & {"d", "u"})),
+                           bounds if isinstance(bounds, tuple) else None)
         if stats.changes == 0:
             if changelog:
                 with step("changelog"):
@@ -497,6 +509,59 @@ def _batch_stats(latest: Any, spec: TableSpec) -> _Stats:
         bounds = (column.name, _sql_value(row["lo"], column.spark_type),
                   _sql_value(row["hi"], column.spark_type))
     return _Stats(int(row["n"]), int(row["d"]), bounds)
+
+
+def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]]
+                 ) -> dict[int, tuple[str, str, str] | None]:
+    """Per table OID (with its versions), the range of its first key column over the
+    batch's events, as :func:`_batch_stats` gives it, for all tables in one small job: a
+    range that holds every key the table's changes hold (new and, of a moved row, old),
+    before the latest per key is chosen, so maybe wider than :func:`_batch_stats`'s.  None
+    where the column is not an integer, text or date, or a key is NULL or does not convert.
+
+    The plan does not grow with the tables: which entry of ``after`` / ``before`` holds the
+    key is looked up per event in a literal map by table version (its name in that version;
+    none for a version whose type differs, a retype since), and its text is cast to each
+    kind; the table's kind is picked here."""
+    from pyspark.sql import functions as F
+
+    kinds = {"smallint": "i", "int": "i", "bigint": "i", "string": "s", "date": "d"}
+    names: dict[str, str] = {}  # table version -> the key's name in its events
+    chosen: dict[int, tuple[str, ColumnSpec]] = {}
+    for spec, versions in tables:
+        column = spec.key_columns[0] if spec.key_columns else None
+        if column is None or column.spark_type not in kinds:
+            continue
+        chosen[spec.oid] = (kinds[column.spark_type], column)
+        renames = renamed_names(spec, versions).get(column.name, {})
+        stale = set(retyped_versions(spec, versions).get(column.name, []))
+        for version in {v.version for v in versions} | {spec.version}:
+            name = renames.get(version, column.name)
+            if name is not None and version not in stale:
+                names[version] = name
+    found: dict[int, tuple[str, str, str] | None] = {spec.oid: None for spec, _ in tables}
+    if not chosen:
+        return found
+    lookup = ", ".join(f"{_literal(v)}, {_literal(n)}" for v, n in sorted(names.items()))
+    oids = ", ".join(str(oid) for oid in sorted(chosen))
+    keyed = events.where(f"op != 't' AND source.table_oid IN ({oids})").selectExpr(
+        "source.table_oid AS oid",
+        f"element_at(map({lookup}), source.table_version) AS _name",
+        "after", "before").selectExpr(
+        "oid", "coalesce(after[_name], before[_name]) AS k", "before[_name] AS b")
+    aggregates = ["count(*) AS n"]
+    for kind, spark_type in (("i", "bigint"), ("s", "string"), ("d", "date")):
+        key, old = f"try_cast(k AS {spark_type})", f"try_cast(b AS {spark_type})"
+        aggregates += [f"count_if({key} IS NULL) AS z{kind}",
+                       f"min(least({key}, {old})) AS lo{kind}",
+                       f"max(greatest({key}, {old})) AS hi{kind}"]
+    for row in keyed.groupBy("oid").agg(*[F.expr(a) for a in aggregates]).collect():
+        kind, column = chosen[int(row["oid"])]
+        if row["n"] > 0 and row[f"z{kind}"] == 0:
+            found[int(row["oid"])] = (column.name,
+                                      _sql_value(row[f"lo{kind}"], column.spark_type),
+                                      _sql_value(row[f"hi{kind}"], column.spark_type))
+    return found
 
 
 def _sql_value(value: Any, spark_type: str) -> str:
@@ -583,7 +648,8 @@ class Steps:
     def __init__(self, spark: Any, batch_id: int) -> None:
         self._context = spark.sparkContext
         self._batch_id = batch_id
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}  # summed over the threads that ran the step
+        self._lock = threading.Lock()
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -592,7 +658,9 @@ class Steps:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            spent = time.perf_counter() - start
+            with self._lock:
+                self.seconds[name] = self.seconds.get(name, 0.0) + spent
             self._context.setJobDescription(None)
 
     def summary(self) -> str:
@@ -618,9 +686,73 @@ def _lives(summary: dict[int, TableBatch], catalog: LakeCatalog) -> list[int]:
     return sorted(summary, key=born)
 
 
+# tables of a micro-batch applied at once (each in a Spark session of its own, in a FAIR
+# scheduler pool of its own: streaming/session.py); 1: one after the other
+APPLY_THREADS = 4
+
+
+def _workers(spark: Any, count: int) -> queue.SimpleQueue[Any]:
+    """``count`` sessions of ``spark``'s context, kept for the next batches.  Each table is
+    applied in one of them: the session conf that carries Delta's idempotent-write ids
+    (:func:`_idempotent_write`) is per session, so a MERGE never commits with another
+    thread's ids, and a table created meanwhile never records them."""
+    pool: queue.SimpleQueue[Any] | None = getattr(spark, "_pgcdc_workers", None)
+    if pool is None:
+        pool = queue.SimpleQueue()
+        spark._pgcdc_workers = pool
+        spark._pgcdc_worker_count = 0
+    while spark._pgcdc_worker_count < count:
+        pool.put(spark.newSession())
+        spark._pgcdc_worker_count += 1
+    return pool
+
+
+def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, TableBatch]],
+                  lake: str, catalog: LakeCatalog, *, idempotence: tuple[str, int],
+                  changelog: bool, steps: Steps, threads: int) -> list[int]:
+    """:func:`apply_table` for each of ``tables`` (distinct lake locations whose ownership
+    is settled), ``threads`` at a time; the changes applied to each, in order.  Every table
+    is attempted; the first failure is raised after all have ended."""
+    bounds: dict[int, tuple[str, str, str] | None] | None = None
+    if threads > 1 and len(tables) > 1:  # one statistics job for all tables, not one each
+        with steps("stats"):
+            bounds = batch_bounds(events, [(spec, catalog.versions(spec.oid))
+                                           for spec, _ in tables])
+
+    def one(session: Any, spec: TableSpec, found: TableBatch) -> int:
+        return apply_table(session, events, spec, lake, idempotence=idempotence,
+                           changelog=changelog, versions=catalog.versions(spec.oid),
+                           truncate=found.truncate, ops=found.ops, steps=steps,
+                           bounds=_UNKNOWN if bounds is None else bounds[spec.oid])
+
+    if threads <= 1 or len(tables) <= 1:
+        return [one(spark, spec, found) for spec, found in tables]
+    sessions = _workers(spark, min(threads, len(tables)))
+    context = spark.sparkContext
+
+    def run(index: int, spec: TableSpec, found: TableBatch) -> int:
+        session = sessions.get()
+        try:
+            context.setLocalProperty("spark.scheduler.pool", f"pgcdc-{index % threads}")
+            return one(session, spec, found)
+        finally:
+            context.setLocalProperty("spark.scheduler.pool", None)
+            sessions.put(session)
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(tables)),
+                            thread_name_prefix="pgcdc-apply") as pool:
+        futures = [pool.submit(run, i, spec, found) for i, (spec, found) in enumerate(tables)]
+        errors = [f.exception() for f in futures]
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        raise failed
+    return [f.result() for f in futures]
+
+
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
                 app_id: str, changelog: bool = False, steps: Steps | None = None,
-                touched: set[str] | None = None, archive: bool = False) -> dict[str, int]:
+                touched: set[str] | None = None, archive: bool = False,
+                threads: int = APPLY_THREADS) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table.
 
     ``catalog``: the catalog (streaming/catalog.py: the catalog history replayed, with the
@@ -633,9 +765,18 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     under its name takes the location; a renamed table's lake table moves to its new name's
     location first (and after the batch, for renamed tables without events).
     ``touched``: if given, the location of every table the batch wrote is added to it.
+
+    Tables whose lake tables are settled (not renamed, not dropped, no other table of the
+    batch at their location) are applied ``threads`` at a time (:func:`_apply_tables`),
+    so that the time a batch takes grows little with the number of tables it touches;
+    moves and retirements happen before and after, never while a table is applied.
     """
     step = steps if steps is not None else Steps(spark, batch_id)
-    rows = header_rows(batch).persist()  # Kafka is read once per batch
+    # Kafka is read once per batch, into as many partitions as there are cores: the batch
+    # has one per topic partition (one topic per table), and each table version's decode
+    # and each table's apply would otherwise run a task per table per table
+    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    rows = header_rows(batch).coalesce(parallelism).persist()
     events = None
     try:
         with step("read"):
@@ -657,7 +798,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         with step("catalog"):
             resolved = _resolved(catalog, set() if ddl else
                                  {v for _, v in versions if v is not None})
-        events = parse_envelopes(batch, resolved.log, rows=rows, versions=versions).persist()
+        events = parse_envelopes(batch, resolved.log, rows=rows, versions=versions)\
+            .coalesce(parallelism).persist()
         with step("decode"):
             try:
                 summary = summarize(events, resolved.log)
@@ -669,10 +811,26 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                 resolved = _resolved(catalog, set())
                 summary = summarize(events, resolved.log)
         applied: dict[str, int] = {}
+        # tables whose ownership is settled, applied together when the next table needs
+        # an earlier one applied first (same location, a rename, a drop) and at the end
+        pending: list[tuple[TableSpec, TableBatch]] = []
+
+        def flush() -> None:
+            counts = _apply_tables(spark, events, pending, lake, resolved,
+                                   idempotence=(app_id, batch_id), changelog=changelog,
+                                   steps=step, threads=threads)
+            for (spec, _), count in zip(pending, counts, strict=True):
+                applied[spec.qualified_name] = applied.get(spec.qualified_name, 0) + count
+            pending.clear()
+
         for oid in _lives(summary, resolved):
             found = summary[oid]
             spec = resolved.latest(oid)
             path = table_path(lake, spec)
+            waiting = {table_path(lake, s) for s, _ in pending}
+            names = ownership.locations(resolved, oid, table_path, lake)
+            if len(names) > 1 or waiting.intersection(names):  # renamed, or a location reused
+                flush()
             with step("table"):  # a renamed table's lake table first moves to its name
                 ownership.follow(spark, oid, resolved, table_path, lake=lake, archive=archive)
                 if not ownership.take(spark, path, oid, spec.qualified_name, resolved,
@@ -680,13 +838,12 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                     continue
             if touched is not None:
                 touched.add(path)
-            applied[spec.qualified_name] = applied.get(spec.qualified_name, 0) + apply_table(
-                spark, events, spec, lake, idempotence=(app_id, batch_id), changelog=changelog,
-                versions=resolved.versions(oid), truncate=found.truncate, ops=found.ops,
-                steps=step)
-            if resolved.dropped(oid) is not None:
+            pending.append((spec, found))
+            if resolved.dropped(oid) is not None:  # retired once its events are applied
+                flush()
                 with step("drop"):
                     ownership.retire(spark, path, oid, lake=lake, archive=archive)
+        flush()
         with step("drop"):
             ownership.retire_dropped(spark, resolved, table_path, lake=lake, archive=archive)
         with step("rename"):  # renamed tables without events in the batch

@@ -7,12 +7,24 @@ it has not seen, and every ``catalog_refresh`` seconds), and applies the batch
 with :func:`streaming.apply.apply_batch`; every ``optimize_every`` batches, the tables
 written since are compacted (:mod:`streaming.compaction`).
 Checkpoint and table locations are URIs; nothing assumes local mode.
+
+Batches are bounded by default (``maxOffsetsPerTrigger`` = :data:`DEFAULT_MAX_OFFSETS`), so
+that a backlog of any size is applied in batches the driver's default memory holds.  A bound
+binds only the batches Spark plans: on restart, Spark runs a batch its checkpoint planned but
+did not commit again with exactly the planned offsets (``MicroBatchExecution.
+populateStartOffsets``), whatever ``maxOffsetsPerTrigger`` says now.  So the first batch of
+a run is measured (per partition, its least and greatest offset), and one larger than the
+bound is applied in pieces of at most about the bound (:func:`pieces`), each read from Kafka
+by its own offset ranges, in offset order, each with Delta idempotent-write ids of its own
+(the query's id plus the piece: a retried piece is skipped by the tables that committed it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -21,12 +33,16 @@ from typing import Any
 
 from pgcdc.errors import ConfigError
 from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern
-from streaming.apply import Steps, apply_batch
+from streaming.apply import APPLY_THREADS, Steps, apply_batch
 from streaming.catalog import LakeCatalog, replay
 from streaming.compaction import compact
 from streaming.schema import CatalogLog, TableSpec
 
 log = logging.getLogger(__name__)
+
+# offsets per micro-batch unless told otherwise: what the driver's default memory holds
+# (docs/benchmarks.md, the Spark section: a 2.57 million-offset batch did not fit)
+DEFAULT_MAX_OFFSETS = 200_000
 
 
 @dataclass
@@ -36,19 +52,80 @@ class JobConfig:
     checkpoint: str
     topic_prefix: str = "pgcdc"
     trigger_seconds: float | None = 1.0  # None: availableNow (process what is there, stop)
-    max_offsets_per_trigger: int | None = None
+    # offsets per micro-batch at most; None or 0: no bound
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS
     kafka_options: dict[str, str] | None = None
     changelog: bool = False  # also append every event to <table>__changelog
     optimize_every: int | None = None  # compact the touched tables every N batches
     # a dropped table's lake table is moved to <lake>/_archive/<name>.<oid> instead of dropped
     archive_dropped: bool = False
     catalog_refresh: float = 30.0  # seconds between reads of the catalog topics, at most
+    # tables of a micro-batch applied at once (streaming/apply.py); 1: one after the other
+    apply_threads: int = APPLY_THREADS
 
     def __post_init__(self) -> None:
         if self.optimize_every is not None and self.optimize_every < 1:
             msg = (f"optimize_every is {self.optimize_every}: give the number of micro-batches "
                    "between compactions (1 or more), or leave it out to never compact")
             raise ConfigError(msg)
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 0:
+            msg = (f"max_offsets_per_trigger is {self.max_offsets_per_trigger}: give the most "
+                   "offsets a micro-batch may read (1 or more), or 0 for no bound")
+            raise ConfigError(msg)
+
+
+# (topic, partition) -> (first offset, last offset + 1) of a batch
+Ranges = dict[tuple[str, int], tuple[int, int]]
+
+
+def batch_ranges(batch: Any) -> Ranges:
+    """The offsets a micro-batch holds, per topic partition (one pass, nothing cached)."""
+    from pyspark.sql import functions as F
+
+    rows = batch.groupBy("topic", "partition").agg(
+        F.min("offset").alias("low"), F.max("offset").alias("high")).collect()
+    return {(str(r["topic"]), int(r["partition"])): (int(r["low"]), int(r["high"]) + 1)
+            for r in rows}
+
+
+def pieces(ranges: Ranges, bound: int) -> list[Ranges]:
+    """``ranges`` cut into as many pieces as a bound of ``bound`` offsets needs, each
+    partition's range in consecutive slices of about equal length, one slice per piece:
+    piece ``k`` follows piece ``k - 1`` in every partition.  The same ranges and bound always
+    give the same pieces."""
+    total = sum(high - low for low, high in ranges.values())
+    count = max(1, math.ceil(total / bound))
+    out: list[Ranges] = []
+    for k in range(count):
+        piece: Ranges = {}
+        for where, (low, high) in sorted(ranges.items()):
+            start = low + (high - low) * k // count
+            end = low + (high - low) * (k + 1) // count
+            if end > start:
+                piece[where] = (start, end)
+        out.append(piece)
+    return out
+
+
+def read_range(spark: Any, config: JobConfig, ranges: Ranges) -> Any:
+    """The records of ``ranges`` (a piece of a micro-batch), as the stream reads them."""
+    topics: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for (topic, partition), (low, high) in ranges.items():
+        topics.setdefault(topic, []).append(partition)
+        starting.setdefault(topic, {})[str(partition)] = low
+        ending.setdefault(topic, {})[str(partition)] = high
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("assign", json.dumps(topics))
+              .option("startingOffsets", json.dumps(starting))
+              .option("endingOffsets", json.dumps(ending))
+              .option("failOnDataLoss", "true")
+              .option("includeHeaders", "true"))
+    for key, value in (config.kafka_options or {}).items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
 
 
 def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
@@ -98,6 +175,7 @@ def start(spark: Any, config: JobConfig,
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
     cached: list[tuple[float, LakeCatalog]] = []
+    first = [True]  # the first batch of this run may be one a checkpoint planned
     touched: set[str] = set()  # tables written since the last compaction
 
     def catalog_for(versions: set[str]) -> LakeCatalog:
@@ -113,9 +191,36 @@ def start(spark: Any, config: JobConfig,
 
     def each_batch(batch: Any, batch_id: int) -> None:
         steps = Steps(spark, batch_id)
-        applied = apply_batch(spark, batch, batch_id, catalog=catalog_for, lake=config.lake,
-                              app_id=identity, changelog=config.changelog, steps=steps,
-                              touched=touched, archive=config.archive_dropped)
+        bound = config.max_offsets_per_trigger
+        split: list[Ranges] = []
+        if first[0] and bound:
+            with steps("measure"):
+                ranges = batch_ranges(batch)
+            size = sum(high - low for low, high in ranges.values())
+            if size > bound:
+                split = pieces(ranges, bound)
+                log.warning(
+                    "batch %d holds %d offsets, more than max_offsets_per_trigger (%d): "
+                    "planned so by an earlier run (its checkpoint replays it as planned); "
+                    "applied in %d pieces of at most about %d offsets", batch_id, size, bound,
+                    len(split), math.ceil(size / len(split)))
+        first[0] = False
+        applied: dict[str, int] = {}
+        for k, piece in enumerate(split):
+            done = apply_batch(spark, read_range(spark, config, piece), batch_id,
+                               catalog=catalog_for, lake=config.lake,
+                               app_id=f"{identity}-piece{k + 1}of{len(split)}",
+                               changelog=config.changelog, steps=steps, touched=touched,
+                               archive=config.archive_dropped, threads=config.apply_threads)
+            for name, count in done.items():
+                applied[name] = applied.get(name, 0) + count
+            log.info("batch %d: piece %d of %d applied %s", batch_id, k + 1, len(split), done)
+        if not split:
+            applied = apply_batch(spark, batch, batch_id, catalog=catalog_for,
+                                  lake=config.lake, app_id=identity,
+                                  changelog=config.changelog, steps=steps, touched=touched,
+                                  archive=config.archive_dropped,
+                                  threads=config.apply_threads)
         every = config.optimize_every
         if every and touched and (batch_id + 1) % every == 0:  # after the batch committed
             with steps("optimize"):

@@ -70,6 +70,9 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "2g",
+        # the tables of a micro-batch are applied from several threads, each in a pool of
+        # its own (streaming/apply.py): they share the executors instead of queueing
+        "spark.scheduler.mode": "FAIR",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
         # the MERGE source is persisted and deterministic: no second copy
