@@ -89,3 +89,15 @@ def parse_table_name(name: str) -> tuple[str, str]:
     if len(parts) > 2:
         raise _bad(name, "more than two parts")
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+
+
+def format_table_name(schema: str, table: str) -> str:
+    """The name ``parse_table_name`` reads back as ``(schema, table)``: a part holding a
+    comma, a dot or a double quote (or blanks at its ends, or nothing) double-quoted, a
+    double quote inside doubled."""
+    def part(text: str) -> str:
+        if text and text == text.strip() and not any(c in text for c in ',."'):
+            return text
+        return '"' + text.replace('"', '""') + '"'
+
+    return f"{part(schema)}.{part(table)}"

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from pgcdc.pipeline import Pipeline
+from pgcdc.pipeline import Pipeline, ShutdownIncompleteError
 
 
 @contextmanager
@@ -40,3 +40,15 @@ def wait(predicate: Callable[[], object], timeout: float = 60, what: str = "cond
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached in {timeout} s")
         time.sleep(0.1)
+
+
+def run_held(pipeline: Pipeline, stop: threading.Event,
+             incomplete: list[ShutdownIncompleteError]) -> None:
+    """``pipeline.run`` for a thread whose sink holds what it got: the stop it is given ends
+    in :class:`ShutdownIncompleteError` once the grace period is over (what was held is
+    sent again at the next start), which goes to ``incomplete`` instead of failing the
+    thread."""
+    try:
+        pipeline.run(stop=stop)
+    except ShutdownIncompleteError as exc:
+        incomplete.append(exc)

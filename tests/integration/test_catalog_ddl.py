@@ -8,10 +8,11 @@ import psycopg
 import pytest
 
 from decoder.slot import current_wal_lsn, drop_slot
-from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.pipeline import Pipeline, PipelineConfig, ShutdownIncompleteError
 from snapshot_builder.builder import BuilderState, CatalogMismatchError
 from snapshot_builder.history import CatalogError
 from tests.recording_sink import RecordingSink
+from tests.running import run_held
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -338,13 +339,15 @@ def test_ddl_sent_again_after_a_restart_before_the_flush(pg_conn: Conn, pg_dsn: 
 
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
     held = RecordingSink(hold=True)
-    first = _pipeline(pg_dsn, held, ["public.t"], catalog_dir=tmp_path / "catalog")
+    first = _pipeline(pg_dsn, held, ["public.t"], catalog_dir=tmp_path / "catalog",
+                      shutdown_grace=0.5)
     pg_conn.execute("ALTER TABLE t ADD COLUMN a int")
     pg_conn.execute("INSERT INTO t VALUES (1, 1)")
     pg_conn.execute("ALTER TABLE t ADD COLUMN b int")
     pg_conn.execute("INSERT INTO t VALUES (2, 2, 2)")
     stop = threading.Event()
-    runner = threading.Thread(target=first.run, kwargs={"stop": stop})
+    incomplete: list[ShutdownIncompleteError] = []
+    runner = threading.Thread(target=run_held, args=(first, stop, incomplete))
     runner.start()
     deadline = time.monotonic() + 60
     while len(held.events) < 2 and time.monotonic() < deadline:
@@ -352,6 +355,7 @@ def test_ddl_sent_again_after_a_restart_before_the_flush(pg_conn: Conn, pg_dsn: 
     stop.set()
     runner.join(timeout=60)
     assert not runner.is_alive() and len(held.events) == 2
+    assert len(incomplete) == 1  # the stop says it left the two events undelivered
     versions = first.builder.history.latest.version
 
     second = RecordingSink()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
+from decoder.names import format_table_name
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from tests.recording_sink import RecordingSink
@@ -32,7 +33,7 @@ def test_a_table_created_again_under_a_listed_name_is_published(pg_conn: Conn,
     pg_conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
     pg_conn.execute("CREATE TABLE bystander (id int PRIMARY KEY)")
     sink = RecordingSink()
-    tables = [f"public.{name}", "public.other"]
+    tables = [format_table_name("public", name), "public.other"]
     _capture(pg_dsn, pg_conn, sink, tables)
     pg_conn.execute('INSERT INTO "odd ""na;me" VALUES (1, \'first life\')')
     pg_conn.execute('DROP TABLE "odd ""na;me"')

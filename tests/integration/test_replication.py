@@ -11,9 +11,11 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from decoder.names import format_table_name
 from decoder.slot import current_wal_lsn, slot_info
-from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.pipeline import Pipeline, PipelineConfig, ShutdownIncompleteError
 from tests.recording_sink import RecordingSink
+from tests.running import run_held
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -107,15 +109,18 @@ def test_undelivered_transactions_are_sent_again(pg_conn: Conn, pg_dsn: str) -> 
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     held = RecordingSink(hold=True)
     pipeline = _pipeline(pg_dsn, held, ["public.t"])
+    pipeline.config.shutdown_grace = 0.5
     pg_conn.execute("INSERT INTO t VALUES (1, 'one'), (2, 'two')")
     stop = threading.Event()
-    thread = threading.Thread(target=pipeline.run, kwargs={"stop": stop})
+    incomplete: list[ShutdownIncompleteError] = []
+    thread = threading.Thread(target=run_held, args=(pipeline, stop, incomplete))
     thread.start()
     assert held.received.wait(30)
     time.sleep(0.5)
     stop.set()
     thread.join(30)
     assert [e.key for e in held.events] == [{"id": 1}, {"id": 2}]
+    assert len(incomplete) == 1 and incomplete[0].undelivered >= 1
 
     again = RecordingSink()
     end = current_wal_lsn(pg_conn)
@@ -152,7 +157,7 @@ def test_hostile_table_names(pg_conn: Conn, pg_dsn: str, name: str) -> None:
     pg_conn.execute(psycopg.sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(
         psycopg.sql.Identifier(name)))
     sink = RecordingSink()
-    pipeline = _pipeline(pg_dsn, sink, [f"public.{name}"])
+    pipeline = _pipeline(pg_dsn, sink, [format_table_name("public", name)])
     pg_conn.execute(psycopg.sql.SQL("INSERT INTO {} VALUES (7)").format(
         psycopg.sql.Identifier(name)))
     pipeline.run(until_lsn=current_wal_lsn(pg_conn))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from decoder.names import TableNameError, parse_table_name, split_table_list
+from decoder.names import TableNameError, format_table_name, parse_table_name, split_table_list
 from pgcdc import cli
 from pgcdc.config import load_settings
 from pgcdc.errors import ConfigError
@@ -85,3 +85,13 @@ def test_an_unreadable_list_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="more than two parts"):
         _settings(config_file=config)
     assert cli.main(["run", "--dsn", DSN, "--tables", 'x."y']) == 2
+
+
+@pytest.mark.parametrize(("schema", "table"), [
+    ("public", "orders"), ("public", 'we"ird;name'), ("Odd.Schema", "my,table"),
+    ("s", ' padded '), ("public", "Robert'); DROP TABLE t;--"), ("public", '""'),
+])
+def test_a_formatted_name_reads_back(schema: str, table: str) -> None:
+    name = format_table_name(schema, table)
+    assert parse_table_name(name) == (schema, table)
+    assert split_table_list(f"{name},{name}") == [name, name]
