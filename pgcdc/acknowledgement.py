@@ -13,9 +13,13 @@ Order of acknowledgement (sinks/sink.py), in :meth:`Acknowledger.advance` and
 3. the status update sends it to PostgreSQL as the flush position.
 
 The lag guard samples the slot's lag (server WAL end minus ``confirmed_flush_lsn``)
-over a normal connection, at most every ``lag_interval`` seconds.
+over a normal connection of its own, at most every ``lag_interval`` seconds.  Each query on
+it is waited for at most ``_answer_timeout`` seconds: a flow that died silently (a firewall
+forgot it) never answers, and the streaming loop must go on to notice its own silence
+(``receive_timeout``) and reconnect; the query is then abandoned with its connection (a
+new one next time) and counts as a missed sample.
 
-Heartbeats (``heartbeat_interval`` > 0; off by default): at most every interval, a
+Heartbeats (``heartbeat_interval`` > 0): at most every interval, a
 status update also writes ``pg_logical_emit_message(false, 'pgcdc.heartbeat', json)``
 over that normal connection.  The message comes back through the slot like any
 logical message of the database; pgcdc counts it, never hands it to the sink, and
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -65,17 +70,20 @@ class LagLimitError(TerminalError):
 class Acknowledger:
     """The flush position of one pipeline and the status updates that carry it.
 
-    ``connection`` returns the pipeline's normal (not replication) connection, opened on
-    first use; the lag guard samples over it.
+    ``connect`` opens a normal (not replication) connection: the lag guard and the
+    heartbeats use one of their own, opened on first use and again after it failed.
     """
 
     def __init__(self, config: PipelineConfig, sink: Sink, progress: Progress,
-                 store: ProgressStore | None, connection: Callable[[], Connection]) -> None:
+                 store: ProgressStore | None, connect: Callable[[], Connection]) -> None:
         self.config = config
         self.sink = sink
         self.progress = progress
         self.store = store
-        self.connection = connection
+        self.connect = connect
+        self._conn: Connection | None = None
+        self._hung: threading.Thread | None = None  # a query abandoned without an answer
+        self._answer_timeout = min(10.0, max(1.0, config.receive_timeout / 2))
         self.flushed = 0  # the flush position sent (or about to be sent) to PostgreSQL
         self.stored = -1  # the position in the progress file; -1: none
         self.identity: tuple[str, str] = ("", "")  # system identifier, database
@@ -160,12 +168,48 @@ class Acknowledger:
         self.progress.last_status_at = time.monotonic()
         failpoints.hit("after_status_update")
 
+    def close(self) -> None:
+        """Close the guard's connection (a session ended)."""
+        conn, self._conn = self._conn, None
+        if conn is not None and (self._hung is None or not self._hung.is_alive()):
+            conn.close()
+
+    def _ask(self, query: str, params: tuple[object, ...]) -> tuple[object, ...] | None:
+        """One row of ``query`` over the guard's connection, waited for at most
+        ``_answer_timeout`` seconds; no answer by then is a ``psycopg.OperationalError`` and
+        the connection is left to its thread (a new one next time)."""
+        if self._hung is not None and self._hung.is_alive():
+            msg = "an earlier query has not been answered yet"
+            raise psycopg.OperationalError(msg)
+        answer: list[tuple[object, ...] | None | BaseException] = []
+
+        def ask() -> None:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.connect()
+                answer.append(self._conn.execute(query, params).fetchone())
+            except BaseException as exc:
+                answer.append(exc)
+
+        thread = threading.Thread(target=ask, name="pgcdc-server-query", daemon=True)
+        thread.start()
+        thread.join(self._answer_timeout)
+        if thread.is_alive():
+            self._hung, self._conn = thread, None
+            msg = (f"no answer within {self._answer_timeout:g} s (the connection's flow may "
+                   "have died silently); a new connection next time")
+            raise psycopg.OperationalError(msg)
+        (result,) = answer
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
     def _check_lag(self) -> None:
         """The WAL-retention guard: the slot's lag, from the server over a normal connection."""
         try:
-            row = self.connection().execute(
+            row = self._ask(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
-                "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,)).fetchone()
+                "FROM pg_replication_slots WHERE slot_name = %s", (self.config.slot,))
         except psycopg.OperationalError as exc:  # a missed sample must not stop streaming
             if not self._lag_sampling_failing:  # once per run of failures, not every sample
                 log.warning("cannot sample the lag of slot %s: %s (a standby cannot: "
@@ -200,8 +244,8 @@ class Acknowledger:
         content = json.dumps({"slot": self.config.slot, "ts_ms": int(time.time() * 1000)},
                              separators=(",", ":"))
         try:
-            self.connection().execute("SELECT pg_logical_emit_message(false, %s::text, %s::text)",
-                                      (HEARTBEAT_PREFIX, content))
+            self._ask("SELECT pg_logical_emit_message(false, %s::text, %s::text)",
+                      (HEARTBEAT_PREFIX, content))
         except psycopg.Error as exc:  # a missed heartbeat must not stop streaming
             kind = "HeartbeatError"
             self.progress.errors[kind] = self.progress.errors.get(kind, 0) + 1

@@ -232,7 +232,8 @@ class Pipeline:
         self._last_ping = 0.0  # the last keepalive request of a silent connection
         self._trimmer = Trimmer(config.memory_trim_interval)
         # the flush position and the status updates that carry it
-        self._acks = Acknowledger(config, sink, self.progress, self._store, self._connection)
+        self._acks = Acknowledger(config, sink, self.progress, self._store,
+                                  lambda: psycopg.connect(config.dsn, autocommit=True))
         self.watch: SinkWatch | None = None  # the sink's stall watch, while run() runs
 
     # --- set-up ---------------------------------------------------------------------------
@@ -505,6 +506,7 @@ class Pipeline:
         finally:
             self.progress.streaming = False
             stream.close()
+            self._acks.close()
             if self._catalog_conn is not None:
                 self._catalog_conn.close()
                 self._catalog_conn = None

@@ -228,7 +228,12 @@ class Rig:
                 code, err = process.proc.returncode, _stderr(process)
                 raise AssertionError(f"pgcdc exited ({code}) while waiting for {what}:\n{err}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"no {what} within {timeout:.0f} s")
+                err = ""
+                if process is not None and process.proc is not None:  # what pgcdc said
+                    process.proc.kill()
+                    process.proc.wait(30)
+                    err = _stderr(process)[-6000:]
+                raise AssertionError(f"no {what} within {timeout:.0f} s; pgcdc logged:\n{err}")
             time.sleep(0.1)
 
     def confirmed(self) -> int:

@@ -4,6 +4,7 @@ within it, not at every sample (it is on by default, so a lagging slot must not 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import psycopg
@@ -16,6 +17,8 @@ from tests.recording_sink import RecordingSink
 
 class _Server:
     """Answers the guard's lag query with the next sample (an exception is raised)."""
+
+    closed = False
 
     def __init__(self, samples: list[Any]) -> None:
         self.samples = samples
@@ -64,3 +67,32 @@ def test_stop_still_stops() -> None:
     guard, _ = _guard([150], on_lag="stop")
     with pytest.raises(LagLimitError):
         guard._check_lag()
+
+
+class _Silent(_Server):
+    """A connection whose flow died silently: a query never comes back (until released)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+
+    def execute(self, query: str, params: object = None) -> _Server:
+        self.release.wait(30)
+        return _Server([1])
+
+
+def test_a_query_without_answer_is_abandoned(caplog: pytest.LogCaptureFixture) -> None:
+    """The guard's query over a dead flow must not hold the streaming loop: it is given up
+    after the answer timeout (a missed sample), and the next one does not wait again."""
+    silent = _Silent()
+    config = PipelineConfig("dbname=x", tables=["public.t"], max_lag_bytes=100,
+                            receive_timeout=2.0)
+    guard = Acknowledger(config, RecordingSink(), Progress(), None, lambda: silent)  # type: ignore[arg-type, return-value]
+    try:
+        with caplog.at_level(logging.WARNING, logger="pgcdc.acknowledgement"):
+            guard._check_lag()  # returns after about 1 s
+            guard._check_lag()  # the first still hangs: at once
+        said = [r.getMessage() for r in caplog.records if "cannot sample the lag" in r.getMessage()]
+        assert len(said) == 1 and "no answer within 1 s" in said[0]
+    finally:
+        silent.release.set()
