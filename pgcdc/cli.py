@@ -741,7 +741,7 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
     is unfinished."""
     from functools import partial
 
-    from snapshot_builder.initial_load import InitialLoad, LoadConfig
+    from snapshot_builder.initial_load import InitialLoad, LoadConfig, run_until_signalled
 
     progress_file, catalog_dir, state_file = _paths(settings)
     source = settings.source
@@ -761,17 +761,7 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
                                   progress_file=progress_file, catalog_dir=catalog_dir), sink)
     if only_pending and not load.pending():
         return True
-    stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        summary = load.run(stop=stop, on_progress=lambda p: print(
-            "\n".join(p.lines()), file=sys.stderr, flush=True))
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    print("\n".join(summary.lines()), file=sys.stderr, flush=True)
-    return summary.complete
+    return run_until_signalled(load)
 
 
 def _status(settings: Settings, args: argparse.Namespace) -> int:

@@ -635,6 +635,25 @@ class InitialLoad:
         progress.rows += rows
 
 
+def run_until_signalled(load: InitialLoad) -> bool:
+    """Run ``load`` from a terminal: progress and the summary go to stderr, SIGINT or SIGTERM
+    stop it (between chunks; what is durable stays); True when every table is loaded."""
+    import signal
+    import sys
+
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = load.run(stop=stop, on_progress=lambda p: print(
+            "\n".join(p.lines()), file=sys.stderr, flush=True))
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    print("\n".join(summary.lines()), file=sys.stderr, flush=True)
+    return summary.complete
+
+
 def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:
     msg = (f"could not lock the tables to load ({exc.diag.message_primary}): another session "
            "holds or awaits a conflicting lock (DDL?) or a table changed; run again later: the "

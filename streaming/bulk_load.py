@@ -84,6 +84,7 @@ from snapshot_builder.initial_load import (
     LoadConfig,
     _lock_error,
     _Snapshot,
+    run_until_signalled,
 )
 from snapshot_builder.load_progress import LoadProgress
 from snapshot_builder.load_state import MAX_CHUNK_ROWS, ChunkState, LoadState, ordinal
@@ -381,22 +382,8 @@ def load_lake(config: LoadConfig, lake: str, *, master: str | None = "local[2]",
               topic_prefix: str = "pgcdc", spark: Any = None) -> bool:
     """Load (or resume loading) the slot's tables into ``lake``; progress and a summary go
     to stderr; SIGINT or SIGTERM stop it between tables.  True when every table is loaded."""
-    import signal
-    import sys
-
     if spark is None:
         from streaming.session import build_session
 
         spark = build_session("pgcdc-lake-load", master=master)
-    load = LakeLoad(config, spark, lake, topic_prefix=topic_prefix)
-    stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        summary = load.run(stop=stop, on_progress=lambda p: print(
-            "\n".join(p.lines()), file=sys.stderr, flush=True))
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    print("\n".join(summary.lines()), file=sys.stderr, flush=True)
-    return summary.complete
+    return run_until_signalled(LakeLoad(config, spark, lake, topic_prefix=topic_prefix))
