@@ -112,7 +112,7 @@ def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_server
     lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
     argv = [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", kafka_servers,
             "--topic-prefix", topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
-            "--available-now", "--max-offsets-per-trigger", "30", "--optimize-every", "2"]
+            "--available-now", "--max-offsets-per-trigger", "60", "--optimize-every", "2"]
     log = tmp_path / "delta_log"
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     delta_log = tmp_path / "lake" / "public.t" / "_delta_log"
@@ -127,7 +127,7 @@ def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_server
     commits_at_kill = len(list(delta_log.glob("*.json")))
     log.write_text(str(commits_at_kill))
 
-    second = subprocess.run(argv, capture_output=True, timeout=300, check=False)
+    second = subprocess.run(argv, capture_output=True, timeout=600, check=False)
     assert second.returncode == 0, second.stderr.decode()[-3000:]
     assert len(list(delta_log.glob("*.json"))) > commits_at_kill
     config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix)
