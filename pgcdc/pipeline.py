@@ -239,20 +239,20 @@ class Pipeline:
     # --- set-up ---------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Check the server and create the publication and slot as configured; take the
-        progress file's lock (ProgressStore.lock) until run() ends."""
+        """Check the server and create the publication and slot as configured, holding the
+        progress file's lock (ProgressStore.lock) meanwhile; run() takes it again until it
+        ends.  A pipeline only prepared (to create the slot) holds nothing after."""
         try:
             self._prepare()
-        except BaseException:
+        finally:
             if self._store is not None:
                 self._store.unlock()
-            raise
 
     def _prepare(self) -> None:
         cfg = self.config
         identity = self._acks.identity = identify_system(cfg.dsn)
         if self._store is not None:
-            self._store.lock()  # one pgcdc per progress file, until run() ends
+            self._store.lock()  # one pgcdc per progress file while it checks and creates
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
             if self._store is not None:
@@ -379,6 +379,8 @@ class Pipeline:
         the sink is stuck is raised here.
         """
         stop = stop or threading.Event()
+        if self._store is not None:
+            self._store.lock()  # one pgcdc per progress file, until run() ends
         watch = self.watch = SinkWatch(self.config, self.sink, self.progress, stop).start()
         try:
             progress = self._run(stop, until_lsn, on_progress)

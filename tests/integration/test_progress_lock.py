@@ -55,3 +55,37 @@ def test_second_instance_is_refused(pg_conn: Conn, pg_dsn: str, tmp_path: Path) 
         again.send_signal(signal.SIGTERM)
         again.communicate(timeout=60)
     assert again.returncode == 0
+
+
+def test_a_pipeline_only_prepared_holds_no_lock(pg_conn: Conn, pg_dsn: str,
+                                                tmp_path: Path) -> None:
+    """prepare() alone (to create the slot) releases the lock when it is done; run() takes it
+    for as long as it streams."""
+    from decoder.slot import current_wal_lsn
+    from pgcdc.pipeline import Pipeline, PipelineConfig
+    from pgcdc.progress import ProgressLockedError
+    from tests.recording_sink import RecordingSink
+
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = PipelineConfig(pg_dsn, tables=["public.t"], progress_file=tmp_path / "p.json")
+    prepared = Pipeline(config, RecordingSink())
+    prepared.prepare()  # kept alive: its lock, were it held, would stay
+    pg_conn.execute("INSERT INTO t VALUES (1)")
+    streaming = Pipeline(PipelineConfig(pg_dsn, tables=["public.t"],
+                                        progress_file=tmp_path / "p.json"), RecordingSink())
+    streaming.prepare()
+    streaming.run(until_lsn=current_wal_lsn(pg_conn))
+    assert [e.key for e in streaming.sink.events] == [{"id": 1}]  # type: ignore[attr-defined]
+    assert prepared._store is not None
+    prepared._store.lock()  # free again once run() ended
+    try:
+        other = Pipeline(PipelineConfig(pg_dsn, tables=["public.t"],
+                                        progress_file=tmp_path / "p.json"), RecordingSink())
+        try:
+            other.prepare()
+        except ProgressLockedError:
+            pass
+        else:
+            raise AssertionError("a prepare while another holds the lock must be refused")
+    finally:
+        prepared._store.unlock()
