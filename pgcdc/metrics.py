@@ -149,7 +149,7 @@ def _families(pipeline: Pipeline) -> list[_Family]:
                                 "it) and kept free by the allocator.")
                         .add(heap["heap_in_use_bytes"], state="in_use")
                         .add(heap["heap_free_bytes"], state="free"))
-    waited = pipeline.watch.unacknowledged_for() if pipeline.watch is not None else 0.0
+    waited = pipeline.watch.look() if pipeline.watch is not None else 0.0
     stall = pipeline.config.sink_stall_seconds
     families.append(_Family("pgcdc_sink_stalled", "gauge",
                             "1 while the sink has acknowledged nothing for "
@@ -178,7 +178,7 @@ def ready(pipeline: Pipeline, *, max_age: float) -> tuple[bool, str]:
         if p.last_status_at == 0.0 or age > max_age:
             reasons.append(f"last status update {age:.1f} s ago")
     stall = pipeline.config.sink_stall_seconds
-    waited = pipeline.watch.unacknowledged_for() if pipeline.watch is not None else 0.0
+    waited = pipeline.watch.look() if pipeline.watch is not None else 0.0
     if stall > 0 and waited >= stall:
         reasons.append(f"the sink has acknowledged nothing for {waited:.0f} s "
                        f"({pipeline.sink.in_flight()} events waiting; --sink-stall-seconds "

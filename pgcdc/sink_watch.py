@@ -54,6 +54,7 @@ class SinkWatch:
         self._durable_at_stall = 0  # recovered: nothing waits long and this has advanced
         self._last_lag_check = 0.0
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._looking = threading.Lock()  # one look at a time (the thread, /metrics, ready)
 
     def start(self) -> SinkWatch:
         if isinstance(self.sink, AcknowledgementClock) and self.config.sink_stall_seconds > 0:
@@ -80,7 +81,19 @@ class SinkWatch:
             if self._conn is not None:
                 self._conn.close()
 
+    def look(self) -> float:
+        """The seconds the sink has waited (as :meth:`unacknowledged_for`), after a look that
+        records a stall it shows: what /metrics and /health/ready report is counted even
+        when it fell between two of the thread's looks."""
+        if self._thread.is_alive():
+            self.tick(guard=False)
+        return self.unacknowledged_for()
+
     def tick(self, *, guard: bool = True) -> None:
+        with self._looking:
+            self._tick(guard=guard)
+
+    def _tick(self, *, guard: bool) -> None:
         waited = self.unacknowledged_for()
         progress = self.progress
         if waited >= self.config.sink_stall_seconds:
