@@ -128,8 +128,9 @@ def twos_complement_b64(unscaled: int) -> str:
                                newline=False).decode("ascii")
 
 
-def _unscaled(value: Decimal, scale: int) -> int:
-    """The integer ``value * 10**scale``, exactly (a value with more digits is refused)."""
+def _unscaled(value: Decimal, scale: int, *, half_up: bool = False) -> int:
+    """The integer ``value * 10**scale``: exactly (a value with more digits is refused), or
+    rounded half up with ``half_up`` (Java's ``setScale(scale, HALF_UP)``)."""
     sign, digits, exponent = value.as_tuple()
     assert isinstance(exponent, int)
     number: int = int("".join(map(str, digits)) or "0")
@@ -138,24 +139,11 @@ def _unscaled(value: Decimal, scale: int) -> int:
         number *= 10 ** shift
     else:
         number, rest = divmod(number, 10 ** -shift)
-        if rest:
+        if half_up:
+            number += 1 if 2 * rest >= 10 ** -shift else 0
+        elif rest:
             msg = f"numeric {value} has more than {scale} decimal places"
             raise UnrepresentableValueError(msg)
-    return -number if sign else number
-
-
-def _rounded_unscaled(value: Decimal, scale: int) -> int:
-    """``value * 10**scale`` rounded half up (Java's ``setScale(scale, HALF_UP)``)."""
-    sign, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)
-    number: int = int("".join(map(str, digits)) or "0")
-    shift = exponent + scale
-    if shift >= 0:
-        number *= 10 ** shift
-    else:
-        number, rest = divmod(number, 10 ** -shift)
-        if 2 * rest >= 10 ** -shift:
-            number += 1
     return -number if sign else number
 
 
@@ -241,7 +229,7 @@ def money_converter(mode: DecimalMode) -> _Convert:
             return float(value)
         if mode == "string":
             return plain(value)
-        return twos_complement_b64(_rounded_unscaled(value, MONEY_SCALE))
+        return twos_complement_b64(_unscaled(value, MONEY_SCALE, half_up=True))
     return convert
 
 

@@ -47,8 +47,7 @@ def test_the_lake_equals_the_source_after_random_programs(
 
 
 # Programs the model found, shrunk by hand, kept as they are (CAPTURE and APPLY: where the
-# program captured and applied).  One that fails today is marked xfail strict (issue 15,
-# lake side), so that the fix removes the mark.
+# program captured and applied).  Each failed before its fix; none is expected to fail now.
 REGRESSIONS = {
     "prepared transaction with DDL": [
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
