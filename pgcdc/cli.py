@@ -25,6 +25,7 @@ from psycopg import conninfo
 
 from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.errors import ConfigError, PgcdcError, TransientError
+from pgcdc.start_checks import PrivilegeError
 
 if TYPE_CHECKING:
     from pgcdc.pipeline import Pipeline
@@ -398,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         text = exc.diag.message_primary if isinstance(exc, psycopg.errors.InsufficientPrivilege) \
             else str(exc).strip()
         text = redact_dsn(text or str(exc))
-        hint = _connection_hint(text, str(role or "<the role pgcdc connects as>"))
+        hint = None if isinstance(exc, PrivilegeError) else \
+            _connection_hint(text, str(role or "<the role pgcdc connects as>"))
         if hint is not None:  # not worth a retry: a person has to fix the configuration
             print(f"pgcdc: {text}; {hint}", file=sys.stderr)
             return EXIT_TERMINAL
@@ -496,6 +498,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     log.info("streaming slot %s from %s", settings.source.slot,
              redact_dsn(settings.source.conninfo()))
     until_lsn = parse_lsn(args.until_lsn) if args.until_lsn else None  # checked before starting
+    _preflight(settings)
     sink = _sink(settings)
     progress_file, catalog_dir, _ = _paths(settings)
     incremental = _incremental(settings, sink)
@@ -707,6 +710,7 @@ def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
     from snapshot_builder.initial_load import LoadConfig
     from streaming.bulk_load import load_lake
 
+    _preflight(settings)
     progress_file, catalog_dir, state_file = _paths(settings)
     source = settings.source
     config = LoadConfig(source.conninfo(), state_file, slot=source.slot,
@@ -722,7 +726,17 @@ def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
     return EXIT_TRANSIENT
 
 
+def _preflight(settings: Settings) -> None:
+    """Every check of a start before anything is created: a start that fails one leaves no
+    publication or slot behind (the initial load creates the slot before it reads)."""
+    from pgcdc.start_checks import preflight
+
+    source = settings.source
+    preflight(source.conninfo(), source.publication, source.tables, create=True)
+
+
 def _snapshot(settings: Settings) -> int:
+    _preflight(settings)
     sink = _sink(settings)
     try:
         complete = _initial_load(settings, sink, only_pending=False)

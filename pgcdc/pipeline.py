@@ -38,9 +38,8 @@ from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
 from decoder.replication import ReplicationConnection, XLogData, identify_system
 from decoder.slot import (
-    check_identity,
     check_wal_level,
-    ensure_publication,
+    drop_slot,
     ensure_slot,
     slot_info,
 )
@@ -55,6 +54,7 @@ from pgcdc.progress import ProgressStore, check_against_slot
 from pgcdc.restart import StateFiles, start_over
 from pgcdc.row_decoders import RowDecoders
 from pgcdc.sink_watch import SinkWatch
+from pgcdc.start_checks import checked_publication
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder import ddl
@@ -263,19 +263,41 @@ class Pipeline:
                                    system_identifier=identity[0],
                                    database=identity[1], path=self._store.path, files=files)
                 self._acks.stored = stored.durable_lsn if stored else -1
-            ensure_publication(conn, cfg.publication, cfg.tables, create=cfg.create_publication)
-            check_identity(conn, cfg.publication)
+            # every check before anything is created: a failed one rolls the publication
+            # back, and the slot comes after them (pgcdc/start_checks.py)
+            checked_publication(conn, cfg.publication, cfg.tables,
+                                create=cfg.create_publication, capture_ddl=cfg.capture_ddl)
             existed = slot_info(conn, cfg.slot) is not None
             self._check_catalog_folder(existed)
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
-            self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
-            self._binary_on = choose_binary(cfg.binary, conn, cfg.publication,
-                                            self._decoders.binary)
+            try:
+                self._start_builder(conn, existed, info.confirmed_flush_lsn or 0)
+                self._binary_on = choose_binary(cfg.binary, conn, cfg.publication,
+                                                self._decoders.binary)
+            except BaseException:
+                if not existed:
+                    self._drop_created_slot()
+                raise
         self._two_phase = info.two_phase
         # Crash recovery restores a slot as its last checkpoint saved it, so the slot may
         # be behind what pgcdc stored (never ahead: check_against_slot); streaming starts
         # from the stored position, and the server skips what committed before it.
         self._acks.start(max(info.confirmed_flush_lsn or 0, self._acks.stored))
+
+    def _drop_created_slot(self) -> None:
+        """This start created the slot and then failed: drop it, so that it holds no WAL,
+        unless the catalog history it began is already stored (the next start resumes
+        both)."""
+        cfg = self.config
+        if cfg.catalog_dir is not None and HistoryFile(cfg.catalog_dir).holds_history():
+            return
+        try:
+            with psycopg.connect(cfg.dsn, autocommit=True) as conn:
+                drop_slot(conn, cfg.slot)
+            log.info("dropped replication slot %s, created by this failed start", cfg.slot)
+        except psycopg.Error as exc:
+            log.warning("could not drop replication slot %s, created by this failed start "
+                        "(%s): drop it with pgcdc slot drop", cfg.slot, exc)
 
     @property
     def binary(self) -> bool:

@@ -358,8 +358,9 @@ def test_missing_privileges_fail_naming_the_grant(pg_conn: Conn, pg_dsn: str, cd
     no_select = _pgcdc("snapshot", "--dsn", dsn, *state)
     assert no_select.returncode == 3, no_select.stderr
     assert no_select.stderr.strip().splitlines()[-1] == (
-        f"pgcdc: permission denied for table audit; as the owner or a superuser run "
-        f"GRANT SELECT ON TABLE audit TO {cdc_role} (the least-privilege role: docs/security.md)")
+        f"pgcdc: permission denied for table public.audit; as the owner or a superuser run "
+        f"GRANT SELECT ON TABLE public.audit TO {cdc_role} (the least-privilege role: "
+        "docs/security.md)")
     pg_conn.execute(sql.SQL("ALTER ROLE {} NOREPLICATION").format(sql.Identifier(cdc_role)))
     no_replication = _pgcdc("run", "--dsn", dsn, *state)
     assert no_replication.returncode == 3, no_replication.stderr

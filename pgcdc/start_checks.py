@@ -1,0 +1,97 @@
+"""What a start checks before it creates anything (issue 18).
+
+A start that fails a check (a published table the role may not read, a schema it may not
+use, a table without a key) must leave no publication or slot behind.  The publication is
+created in the same transaction as the checks run in, so a failed check rolls it back
+(:func:`checked_publication`); the slot is created only after every check passed.
+:func:`preflight` runs the same checks and always rolls back, for the starts that create
+the slot elsewhere (the initial load).
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from decoder.slot import check_identity, check_wal_level, ensure_publication
+from pgcdc.errors import TerminalError
+from snapshot_builder import ddl
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+_SECURITY = "(the least-privilege role: docs/security.md)"
+
+
+_FIXES = {"replication": "ALTER ROLE {role} REPLICATION",
+          "schema": "GRANT USAGE ON SCHEMA {name} TO {role}",
+          "table": "GRANT SELECT ON TABLE {name} TO {role}"}
+
+
+class PrivilegeError(TerminalError):
+    """The role may not read what pgcdc streams; the message names every ``GRANT`` needed."""
+
+    def __init__(self, role: str, denied: list[tuple[str, str]]) -> None:
+        # denied: (kind, name), kind "replication" (the role's attribute), "schema" or
+        # "table", name quoted as SQL writes it
+        what = ", ".join(f"replication (role {role} lacks the REPLICATION attribute)"
+                         if kind == "replication" else f"{kind} {name}" for kind, name in denied)
+        grants = "; ".join(_FIXES[kind].format(name=name, role=role) for kind, name in denied)
+        super().__init__(f"permission denied for {what}; as the owner or a superuser run "
+                         f"{grants} {_SECURITY}")
+        self.denied = denied
+
+
+def check_privileges(conn: Conn, publication: str, *, capture_ddl: bool = True) -> None:
+    """The connected role may replicate (``REPLICATION``) and read every table the
+    publication publishes: ``USAGE`` on its schema and ``SELECT`` on it (pgoutput itself
+    needs neither, so without this check a role would stream what it may not read); with
+    DDL capture installed, ``USAGE`` on the schema ``pgcdc`` (its catalog functions)."""
+    row = conn.execute("SELECT quote_ident(current_user)").fetchone()
+    role = str(row[0]) if row else "<the role pgcdc connects as>"
+    rows = conn.execute(
+        """
+        SELECT quote_ident(n.nspname), format('%%I.%%I', n.nspname, c.relname),
+               has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
+        FROM pg_publication_tables pt
+        JOIN pg_namespace n ON n.nspname = pt.schemaname
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+        WHERE pt.pubname = %s
+        ORDER BY 2
+        """, (publication,)).fetchall()
+    denied: list[tuple[str, str]] = []
+    replication = conn.execute("SELECT rolreplication OR rolsuper FROM pg_roles "
+                               "WHERE rolname = current_user").fetchone()
+    if replication is not None and not replication[0]:
+        denied.append(("replication", role))
+    if capture_ddl and ddl.installed(conn):
+        own = conn.execute("SELECT has_schema_privilege('pgcdc', 'USAGE')").fetchone()
+        if own is not None and not own[0]:
+            denied.append(("schema", "pgcdc"))
+    for schema, _, usage, _ in rows:
+        if not usage and ("schema", str(schema)) not in denied:
+            denied.append(("schema", str(schema)))
+    denied += [("table", str(table)) for _, table, _, select in rows if not select]
+    if denied:
+        raise PrivilegeError(role, denied)
+
+
+def checked_publication(conn: Conn, publication: str, tables: list[str] | None, *,
+                        create: bool, capture_ddl: bool = True) -> None:
+    """Create the publication if it is missing (and allowed), and check it: keys or replica
+    identities, and the role's privileges.  One transaction: a failed check leaves no
+    publication behind."""
+    with conn.transaction():
+        ensure_publication(conn, publication, tables, create=create)
+        check_identity(conn, publication)
+        check_privileges(conn, publication, capture_ddl=capture_ddl)
+
+
+def preflight(dsn: str, publication: str, tables: list[str] | None, *, create: bool,
+              capture_ddl: bool = True) -> None:
+    """Every check of a start, creating nothing: the publication, if missing, is created
+    in a transaction that is rolled back whatever the checks find."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        check_wal_level(conn)
+        with conn.transaction():
+            checked_publication(conn, publication, tables, create=create,
+                                capture_ddl=capture_ddl)
+            raise psycopg.Rollback
