@@ -498,6 +498,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     log.info("streaming slot %s from %s", settings.source.slot,
              redact_dsn(settings.source.conninfo()))
     until_lsn = parse_lsn(args.until_lsn) if args.until_lsn else None  # checked before starting
+    if not _reach_server(settings):
+        return 0  # stopped before the server could be reached: nothing was read
     _preflight(settings)
     sink = _sink(settings)
     progress_file, catalog_dir, _ = _paths(settings)
@@ -724,6 +726,15 @@ def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
     print("pgcdc: the lake load was interrupted; run the same command again to resume it",
           file=sys.stderr)
     return EXIT_TRANSIENT
+
+
+def _reach_server(settings: Settings) -> bool:
+    """PostgreSQL not reachable yet at start: retried as during a run (pgcdc/startup.py)."""
+    from pgcdc.startup import wait_for_server
+
+    service = settings.service
+    return wait_for_server(settings.source.conninfo(), max_retries=service.max_retries,
+                           retry_max_delay=service.retry_max_delay)
 
 
 def _preflight(settings: Settings) -> None:
