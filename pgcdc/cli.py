@@ -30,6 +30,7 @@ from pgcdc.start_checks import PrivilegeError
 if TYPE_CHECKING:
     from pgcdc.pipeline import Pipeline
     from pgcdc.restart import StateFiles
+    from pgcdc.status_line import StatusLine
     from sinks.sink import Sink
     from snapshot_builder.incremental import IncrementalSnapshots
 
@@ -544,8 +545,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stopping)
+    status_line = None
     try:
         pipeline.prepare()
+        status_line = _status_line(pipeline, settings.log.format)
         if args.exit_when_caught_up:
             with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
                 until_lsn = current_wal_lsn(conn)
@@ -554,12 +557,22 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             incremental.start()
         pipeline.run(stop=stop, until_lsn=until_lsn)
     finally:
+        if status_line is not None:
+            status_line.close()
         if incremental is not None:
             incremental.stop()
         sink.close()
         if metrics is not None:
             metrics.close()
     return 0
+
+
+def _status_line(pipeline: Pipeline, log_format: str) -> StatusLine | None:
+    """On a terminal (and a text log), a line rewritten every second: events/s, the
+    durable LSN, the lag, the state (pgcdc/status_line.py); nothing otherwise."""
+    from pgcdc.status_line import start_status_line
+
+    return start_status_line(pipeline.progress, sys.stderr, log_format)
 
 
 _CLOSE_SECONDS = 5.0  # after the grace period: closing the sink and the connections
