@@ -166,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "tables again while streaming, or pause, resume or cancel that")
     _source_options(table, tables=False)
     table.add_argument("snapshot_tables", nargs="*", metavar="TABLE",
-                       help="schema.table to read (with --cancel: the ones to cancel; none: all)")
+                       help="schema.table to read (with --cancel: the ones to cancel; none: "
+                            "all), written as for --tables: public.\"Mixed Case\"")
     action = table.add_mutually_exclusive_group()
     action.add_argument("--pause", dest="action", action="store_const", const="pause-snapshot")
     action.add_argument("--resume", dest="action", action="store_const",
@@ -646,7 +647,7 @@ def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
 
     dsn, publication = settings.source.conninfo(), settings.source.publication
     kind = args.action or "execute-snapshot"
-    tables = list(args.snapshot_tables)
+    tables = [_sql_table_name(name) for name in args.snapshot_tables]
     data: dict[str, object] = {"tables": tables}
     if kind == "execute-snapshot":
         if not tables:
@@ -666,6 +667,20 @@ def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
     print(f"signal {signal_id} ({kind}) written to pgcdc.signal; the running pgcdc applies it "
           "within a second")
     return 0
+
+
+def _sql_table_name(name: str) -> str:
+    """A TABLE of snapshot-table read as ``--tables`` reads a name (decoder/names.py: a part
+    double-quoted as in SQL, an unquoted one taken as written, case kept), written as SQL
+    names it: a part that is not a plain lower-case name double-quoted."""
+    from decoder.names import TableNameError, parse_table_name
+
+    try:
+        parts = parse_table_name(name)
+    except TableNameError as exc:
+        raise ConfigError(str(exc)) from None
+    return ".".join(part if re.fullmatch(r"[a-z_][a-z0-9_$]*", part)
+                    else '"' + part.replace('"', '""') + '"' for part in parts)
 
 
 def _sink(settings: Settings) -> Sink:
