@@ -308,6 +308,17 @@ def _sink_options(parser: argparse.ArgumentParser) -> None:
                         help="bytea in JSON, as Debezium's binary.handling.mode "
                              "(default bytes)")
     parser.add_argument("--output", help="file for --sink jsonl (default stdout)")
+    parser.add_argument("--schema-registry-url",
+                        help="--format avro in the Confluent wire format, each table "
+                             "version's schemas registered under <topic>-key/-value in this "
+                             "registry (its Confluent-compatible API, e.g. "
+                             "http://registry:8080/apis/ccompat/v7; user:password@ allowed)")
+    parser.add_argument("--schema-registry-user", help="the registry's basic-auth user")
+    parser.add_argument("--schema-registry-password",
+                        help="the registry's basic-auth password (better: "
+                             "PGCDC_SCHEMA_REGISTRY_PASSWORD or _FILE, not shown by ps)")
+    parser.add_argument("--schema-registry-ca", type=Path,
+                        help="the CA file of an https registry (default: the system's CAs)")
 
 
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
@@ -706,7 +717,7 @@ def _sink(settings: Settings) -> Sink:
                     commit_interval_ms=cfg.commit_interval_ms, commit_events=cfg.commit_events,
                     value_format=cfg.format, tombstones=cfg.tombstones,
                     transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config(),
-                    json_options=json_options)
+                    json_options=json_options, schema_registry=cfg.schema_registry())
             except KafkaException as exc:  # librdkafka refused a property of sink.kafka
                 msg = (f"config key 'sink.kafka' is not accepted by librdkafka: "
                        f"{exc.args[0].str()}; fix the property (CONFIGURATION.md of librdkafka "
@@ -716,7 +727,8 @@ def _sink(settings: Settings) -> Sink:
             sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
                              value_format=cfg.format, tombstones=cfg.tombstones,
                              transaction_topic=cfg.transaction_topic,
-                             client_config=cfg.kafka_config(), json_options=json_options)
+                             client_config=cfg.kafka_config(), json_options=json_options,
+                             schema_registry=cfg.schema_registry())
         except KafkaException as exc:  # librdkafka refused a property of sink.kafka
             msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
                    "fix the property (CONFIGURATION.md of librdkafka lists them)")

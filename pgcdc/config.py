@@ -46,6 +46,7 @@ from pgcdc.errors import ConfigError
 
 if TYPE_CHECKING:
     from sinks.debezium_json import JsonOptions
+    from sinks.registry import SchemaRegistry
 
 ENV_PREFIX = "PGCDC_"
 KAFKA_ENV_PREFIX = ENV_PREFIX + "KAFKA_"
@@ -211,6 +212,59 @@ class SinkSettings(_Section):
     commit_interval_ms: int = Field(default=1000, ge=1)
     commit_events: int = Field(default=10_000, ge=1)
     kafka: dict[str, str | SecretStr] = Field(default_factory=dict)  # librdkafka properties
+    # Avro in the Confluent wire format, schemas registered in this registry (its
+    # Confluent-compatible API's base URL, user:password@ allowed; sinks/registry.py)
+    schema_registry_url: SecretStr | None = None
+    schema_registry_user: str | None = Field(default=None, min_length=1)
+    schema_registry_password: SecretStr | None = None
+    schema_registry_password_file: Path | None = None  # read at start into the password
+    schema_registry_ca: Path | None = None  # the CA of an https registry (default: the system's)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_password_from_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("schema_registry_password_file") is not None:
+            if data.get("schema_registry_password") is not None:
+                _fail("sink.schema_registry_password_file",
+                      "and sink.schema_registry_password are both set: keep one")
+            data = dict(data, schema_registry_password=_read_secret(
+                "sink.schema_registry_password_file", data["schema_registry_password_file"]))
+        return data
+
+    @model_validator(mode="after")
+    def _registry(self) -> SinkSettings:
+        if self.schema_registry_url is None:
+            for name in ("schema_registry_user", "schema_registry_password",
+                         "schema_registry_ca"):
+                if getattr(self, name) is not None:
+                    _fail(f"sink.{name}", "goes with sink.schema_registry_url "
+                                          "(--schema-registry-url): set it or drop this")
+            return self
+        if self.format != "avro":
+            _fail("sink.schema_registry_url", "writes Avro in the Confluent wire format: it "
+                                              "goes with format avro (--format avro)")
+        if self.kind != "kafka":
+            _fail("sink.schema_registry_url", f"goes with the Kafka sink, not {self.kind}")
+        if self.schema_registry_ca is not None and not self.schema_registry_ca.exists():
+            _fail("sink.schema_registry_ca", f"names {self.schema_registry_ca}, which does "
+                                             "not exist: fix the path")
+        try:
+            self.schema_registry()
+        except ConfigError as exc:
+            _fail("sink.schema_registry_url", f"cannot be used: {exc}")
+        return self
+
+    def schema_registry(self) -> SchemaRegistry | None:
+        """The registry client ``schema_registry_url`` asks for (None: no registry)."""
+        if self.schema_registry_url is None:
+            return None
+        from sinks.registry import SchemaRegistry
+
+        password = self.schema_registry_password
+        return SchemaRegistry(self.schema_registry_url.get_secret_value(),
+                              user=self.schema_registry_user,
+                              password=None if password is None else password.get_secret_value(),
+                              ca=self.schema_registry_ca)
 
     @field_validator("kafka", mode="before")
     @classmethod
@@ -423,6 +477,12 @@ KEYS: tuple[_Key, ...] = (
     _Key(("sink", "transactional_id"), "transactional_id", "TRANSACTIONAL_ID"),
     _Key(("sink", "commit_interval_ms"), "commit_interval_ms", "COMMIT_INTERVAL_MS"),
     _Key(("sink", "commit_events"), None, "COMMIT_EVENTS"),
+    _Key(("sink", "schema_registry_url"), "schema_registry_url", "SCHEMA_REGISTRY_URL"),
+    _Key(("sink", "schema_registry_user"), "schema_registry_user", "SCHEMA_REGISTRY_USER"),
+    _Key(("sink", "schema_registry_password"), "schema_registry_password",
+         "SCHEMA_REGISTRY_PASSWORD"),
+    _Key(("sink", "schema_registry_password_file"), None, "SCHEMA_REGISTRY_PASSWORD_FILE"),
+    _Key(("sink", "schema_registry_ca"), "schema_registry_ca", "SCHEMA_REGISTRY_CA"),
     _Key(("state", "progress_file"), "progress_file", "PROGRESS_FILE"),
     _Key(("state", "catalog_dir"), "catalog_dir", "CATALOG_DIR"),
     _Key(("state", "load_state"), "load_state", "LOAD_STATE"),
@@ -448,7 +508,8 @@ KEYS: tuple[_Key, ...] = (
     _Key(("log", "level"), "log_level", "LOG_LEVEL"),
     _Key(("log", "format"), "log_format", "LOG_FORMAT"),
 )
-_SECRET_KEYS = frozenset({"source.dsn", "source.password", "sink.kafka"})
+_SECRET_KEYS = frozenset({"source.dsn", "source.password", "sink.kafka",
+                          "sink.schema_registry_url", "sink.schema_registry_password"})
 _TABLES = ("sink.kafka",)  # keys whose value is a table of their own
 
 

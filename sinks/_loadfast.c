@@ -50,6 +50,7 @@ typedef struct {
     int keys;
     PyObject *middle;  /* bytes between the Row record and the ordinal */
     PyObject *tail;    /* bytes after the ordinal, up to ts_ms */
+    PyObject *key_head, *value_head;  /* bytes before each key, each value (wire format) */
     Buf value, key, scratch;
     Py_ssize_t *starts, *ends;  /* each field's span in value, per row */
 } Table;
@@ -65,6 +66,8 @@ Table_dealloc(Table *self)
     Py_XDECREF(self->fallbacks);
     Py_XDECREF(self->middle);
     Py_XDECREF(self->tail);
+    Py_XDECREF(self->key_head);
+    Py_XDECREF(self->value_head);
     PyMem_Free(self->kinds);
     PyMem_Free(self->key_columns);
     PyMem_Free(self->starts);
@@ -75,16 +78,19 @@ Table_dealloc(Table *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail) */
+/* Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail[, key_head,
+ * value_head]) */
 static int
 Table_init(Table *self, PyObject *args, PyObject *kwargs)
 {
     Producer *producer;
     const char *topic;
-    PyObject *headers, *kinds, *fallbacks, *keys, *middle, *tail;
-    if (!PyArg_ParseTuple(args, "O!sO!O!O!O!SS", &ProducerType, &producer, &topic,
+    PyObject *headers, *kinds, *fallbacks, *keys, *middle, *tail, *key_head = NULL,
+        *value_head = NULL;
+    if (!PyArg_ParseTuple(args, "O!sO!O!O!O!SS|SS", &ProducerType, &producer, &topic,
                           &PyList_Type, &headers, &PyTuple_Type, &kinds, &PyTuple_Type,
-                          &fallbacks, &PyTuple_Type, &keys, &middle, &tail))
+                          &fallbacks, &PyTuple_Type, &keys, &middle, &tail, &key_head,
+                          &value_head))
         return -1;
     if (self->producer != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Table is initialized once");
@@ -152,6 +158,10 @@ Table_init(Table *self, PyObject *args, PyObject *kwargs)
     self->middle = middle;
     Py_INCREF(tail);
     self->tail = tail;
+    Py_XINCREF(key_head);
+    self->key_head = key_head;
+    Py_XINCREF(value_head);
+    self->value_head = value_head;
     return 0;
 }
 
@@ -359,6 +369,9 @@ encode_line(Table *self, const char *line, Py_ssize_t size, long long ordinal, l
 {
     self->value.size = 0;
     self->key.size = 0;
+    if ((self->key_head && put_bytes_object(&self->key, self->key_head) < 0)
+        || (self->value_head && put_bytes_object(&self->value, self->value_head) < 0))
+        return -1;
     /* "before": null (union branch 0), "after": a Row (branch 1) */
     if (put_byte(&self->value, 0) < 0 || put_byte(&self->value, 2) < 0
         || put_row(self, line, size) < 0)
@@ -478,7 +491,8 @@ static PyTypeObject TableType = {
     .tp_name = "sinks._loadfast.Table",
     .tp_basicsize = sizeof(Table),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail)",
+    .tp_doc = "Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail"
+              "[, key_head, value_head])",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Table_init,
     .tp_dealloc = (destructor)Table_dealloc,

@@ -19,7 +19,8 @@ injective, so two keys never encode alike.
 Messages carry no schema id in their bytes (no registry is needed): the
 ``pgcdc.table_version`` header names the version, and the catalog log
 (``<prefix>._catalog``) publishes each version's key and value schemas before
-the first event that uses it.
+the first event that uses it.  With a schema registry (``--schema-registry-url``,
+sinks/registry.py) the same bytes follow the Confluent wire format's 5-byte header.
 """
 
 from __future__ import annotations
@@ -437,6 +438,11 @@ class AvroEncoder:
                now_ms: int) -> tuple[bytes, bytes]:
         """The key and the value of one event."""
         return self.encoder_for(event.table, server_name)(event, now_ms)
+
+    def heads(self, table: TableVersion) -> tuple[bytes, bytes]:
+        """The bytes before each key and each value of a version's events: none here; the
+        Confluent wire format's schema ids with a registry (sinks/registry.py)."""
+        return b"", b""
 
     def read_frame(self, table: TableVersion, server_name: str, lsn: int,
                    commit_time: int) -> tuple[bytes, bytes]:

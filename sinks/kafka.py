@@ -43,6 +43,7 @@ from sinks.acks import AckTracker, DeliveryError
 from sinks.avro import AvroEncoder
 from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import JsonEncoder
+from sinks.registry import RegistryAvroEncoder, SchemaRegistry
 from snapshot_builder.catalog import TableVersion
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,14 @@ _Route = tuple[TableVersion, str, list[tuple[str, str | bytes | None]],
 """A table version, its topic, its events' headers and their encoder."""
 
 
-def _encoder(value_format: str, json_options: JsonOptions | None) -> Encoder:
+def _encoder(value_format: str, json_options: JsonOptions | None,
+             registry: SchemaRegistry | None = None) -> Encoder:
+    if registry is not None:
+        if value_format != "avro":
+            msg = (f"a schema registry (--schema-registry-url) goes with --format avro, not "
+                   f"{value_format}: the registry holds Avro schemas")
+            raise ConfigError(msg)
+        return RegistryAvroEncoder(registry)
     if value_format == "avro":
         return AvroEncoder()
     if value_format == "json":
@@ -166,15 +174,17 @@ class KafkaSink:
                  transaction_topic: bool = False,
                  producer_config: dict[str, Any] | None = None,
                  client_config: dict[str, str] | None = None,
-                 json_options: JsonOptions | None = None) -> None:
+                 json_options: JsonOptions | None = None,
+                 schema_registry: SchemaRegistry | None = None) -> None:
         # json_options: how value_format json writes values (sinks/debezium_json.py);
-        # None is pgcdc's own encoding, which pgcdc's Spark job reads
+        # None is pgcdc's own encoding, which pgcdc's Spark job reads; schema_registry:
+        # Avro in the Confluent wire format, schemas registered there (sinks/registry.py)
         self.bootstrap_servers = bootstrap_servers
         self.prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.tombstones = tombstones
-        self.encoder: Encoder = _encoder(value_format, json_options)
+        self.encoder: Encoder = _encoder(value_format, json_options, schema_registry)
         self._format_header = ("pgcdc.format", self.encoder.format.encode())
         # client_config: security and connection properties (sink.kafka) for every client
         base: dict[str, str | int | float | bool] = {**(client_config or {}),
@@ -221,6 +231,9 @@ class KafkaSink:
         self._on_delivery_handle: object = None
         self._topics: set[str] = set()
         self._published: set[tuple[int, str]] = set()
+        # versions whose publication failed (a delivery error: the pipeline retried), with
+        # their LSN: published before their first event
+        self._unpublished: dict[tuple[int, str], int] = {}
         self._table_topics: dict[int, str] = {}
         self._topic_names: dict[str, tuple[str, str]] = {}  # the one table name a topic holds
         # the topic, headers and encoder of each table version's events, by the id of its
@@ -235,6 +248,8 @@ class KafkaSink:
         self._txn_counts: dict[str, int] = {}
         self._txn_id: str | None = None
         self._txn_start = 0
+        if schema_registry is not None:
+            schema_registry.check()  # reachable, the login accepted, the API found
 
     # --- Sink protocol --------------------------------------------------------------------
 
@@ -242,6 +257,7 @@ class KafkaSink:
         key = (table.oid, table.version)
         if key in self._published:
             return
+        self._unpublished[key] = lsn
         topic = topic_name(self.prefix, table.schema, table.name)
         names = self._topic_names.setdefault(topic, (table.schema, table.name))
         if names != (table.schema, table.name):  # never: only if 128 bits of SHA-256 collide
@@ -249,6 +265,8 @@ class KafkaSink:
                    f"share the Kafka topic {topic} (their names' digests collide); rename one "
                    "of them")
             raise KafkaSinkError(msg)
+        if isinstance(self.encoder, RegistryAvroEncoder):  # ids before anything names them
+            self.encoder.register(table, topic)
         self._table_topics[table.oid] = self._ensure_topic(topic, partitions=self.partitions)
         self._routes.clear()  # a table's topic may have changed (a rename)
         value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
@@ -268,6 +286,7 @@ class KafkaSink:
                    f"{detail}")
             raise DeliveryError(msg)
         self._published.add(key)
+        del self._unpublished[key]
 
     def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
         """The catalog history, one record per version (key: the version number), in
@@ -292,6 +311,9 @@ class KafkaSink:
 
     def _route(self, table: TableVersion) -> _Route:
         """The topic, headers and encoder of a table version's events (cached by ``write``)."""
+        unpublished = self._unpublished.get((table.oid, table.version))
+        if unpublished is not None:  # its publication failed, and the pipeline retried since
+            self.publish_table(table, unpublished)
         topic = self._table_topics.get(table.oid)
         if topic is None:
             msg = f"event for {table.qualified_name} before its table version was published"

@@ -92,11 +92,13 @@ def compile_table(producer: Any, table: TableVersion, decoder: RowDecoder,
     decoders = {column[0]: column[1] for column in decoder.columns}
     positions = {c.name: i for i, c in enumerate(table.columns)}
     middle, tail = encoder.read_frame(table, server_name, lsn, commit_time)
+    heads = encoder.heads(table)  # the schema ids of the Confluent wire format, if any
     return _loadfast.Table(
         producer, topic, [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers],
         tuple(_kind(c, decoders[c.name]) for c in table.columns),
         tuple(_fallback(c, decoders[c.name]) for c in table.columns),
-        tuple(positions[c.name] for c in table.key_columns), middle, tail)
+        tuple(positions[c.name] for c in table.key_columns), middle, tail,
+        *(heads if any(heads) else ()))
 
 
 def librdkafka_path() -> str | None:

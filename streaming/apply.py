@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinks.kafka import catalog_history_topic, table_name
+from sinks.registry import WIRE_FORMAT
 from streaming import ownership
 from streaming.catalog import LakeCatalog
 from streaming.evolution import (
@@ -119,7 +120,9 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
     format; ``before`` and ``after`` are maps of column name to the value's text.
 
     Avro values are decoded with the writer schema of the version their
-    ``pgcdc.table_version`` header names, one version at a time; the decoded
+    ``pgcdc.table_version`` header names, one version at a time (in the Confluent wire
+    format, ``pgcdc.format`` avro-confluent, after the 5 bytes of the magic byte and the
+    registry's schema id: the catalog log's writer schema is the registered one); the decoded
     ``source.table_version`` must agree with the header (checked by
     :func:`summarize`).  Tombstones are skipped.
     """
@@ -129,7 +132,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         rows = header_rows(batch)
     if versions is None:
         versions = batch_versions(rows)
-    unknown = sorted({f for f, _ in versions} - {"json", "avro"})
+    unknown = sorted({f for f, _ in versions} - {"json", "avro", WIRE_FORMAT})
     if "debezium-json" in unknown:
         msg = ("events in Debezium's JSON encoding (header pgcdc.format debezium-json: pgcdc "
                "run --format json's default), which this job does not read (its interval and "
@@ -138,20 +141,24 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         raise CatalogMismatchError(msg)
     if unknown:
         msg = (f"events in format(s) {unknown} (the pgcdc.format header); this job reads "
-               "json and avro: run a pgcdc release that knows the format")
+               "json, avro and avro-confluent: run a pgcdc release that knows the format")
         raise CatalogMismatchError(msg)
     parts = []
     if any(f == "json" for f, _ in versions):  # no pass over the batch for an absent format
         parts.append(rows.where("_format = 'json'").select(
             F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"),
             "_version").select("e.*", "_version"))
-    for version in sorted({v for f, v in versions if f == "avro"}, key=str):
+    for form, version in sorted({(f, v) for f, v in versions if f in ("avro", WIRE_FORMAT)},
+                                key=str):
         spec = catalog.by_version(str(version))
         if spec is None or spec.value_schema is None:
             msg = (f"Avro events of table version {version} but the catalog log holds no "
                    "writer schema for it; the catalog topic is incomplete")
             raise CatalogMismatchError(msg)
-        parts.append(_from_avro(rows.where(F.col("_version") == version), spec))
+        part = rows.where((F.col("_format") == form) & (F.col("_version") == version))
+        if form == WIRE_FORMAT:  # the Avro binary after the magic byte and the schema id
+            part = part.withColumn("value", F.expr("substring(value, 6)"))
+        parts.append(_from_avro(part, spec))
     if not parts:  # an empty batch: its (empty) rows in the envelope's shape
         parts.append(rows.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA)
                                  .alias("e"), "_version").select("e.*", "_version"))
