@@ -549,6 +549,9 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                    f"{exc.strerror}; choose another --metrics-port")
             raise ConfigError(msg) from None
     stop = threading.Event()
+    stop_waiting_on = getattr(sink, "stop_waiting_on", None)
+    if stop_waiting_on is not None:  # a Kafka sink waiting for a table version gives up
+        stop_waiting_on(stop)  # at the stop, not after its request timeout
 
     def stopping(*_: object) -> None:
         if not stop.is_set():

@@ -24,10 +24,12 @@ a consumer always finds the version an event names.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -52,6 +54,10 @@ _ILLEGAL_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a name that is its own part of a topic name
 _DIGEST_LENGTH = 32  # hex digits of the digest that tells other names apart (topic_name)
 CATALOG_SUFFIX = "_catalog"
+_SLICE = 0.5  # seconds: a wait for Kafka looks at the stop this often (KafkaSink._wait)
+# a broker that cannot be reached (not a refusal): transient, like a delivery timing out
+_UNREACHABLE = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER)
 MESSAGES_SUFFIX = "_messages"
 TRANSACTIONS_SUFFIX = "_transactions"
 
@@ -239,6 +245,11 @@ class KafkaSink:
         # the topic, headers and encoder of each table version's events, by the id of its
         # TableVersion
         self._routes: dict[int, _Route] = {}
+        self._stop: threading.Event | None = None  # stop_waiting_on
+        self._waiting_since: float | None = None  # time.monotonic() when _wait began
+        # seconds a table version or a new topic waits for Kafka before it counts as a
+        # failed delivery (DeliveryError: the pipeline resets the sink and retries)
+        self.request_timeout = 60.0
         self.catalog_topic = catalog_topic(topic_prefix)
         self._ensure_topic(self.catalog_topic, partitions=1, compact=True)
         self.messages_topic = f"{topic_prefix}.{MESSAGES_SUFFIX}"
@@ -279,14 +290,38 @@ class KafkaSink:
             value=json.dumps(value, separators=(",", ":")).encode(),
             on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
         )
-        remaining = producer.flush(60)
+        what = f"table version {table.qualified_name}@{table.version}"
+        remaining = self._wait(what, lambda: producer.flush(_SLICE))
         if remaining or errors:
-            detail = errors[0] if errors else f"{remaining} messages still queued after 60 s"
-            msg = (f"could not publish table version {table.qualified_name}@{table.version}: "
-                   f"{detail}")
+            detail = errors[0] if errors else \
+                f"{remaining} messages still queued after {self.request_timeout:g} s"
+            msg = f"could not publish {what}: {detail}"
             raise DeliveryError(msg)
         self._published.add(key)
         del self._unpublished[key]
+
+    def stop_waiting_on(self, stop: threading.Event) -> None:
+        """A call that waits for Kafka (a table version, a topic) gives up as soon as
+        ``stop`` is set (SIGTERM, the WAL-retention guard), raising DeliveryError, instead of
+        holding the stop until the broker answers or ``request_timeout`` ends."""
+        self._stop = stop
+
+    def _wait(self, what: str, step: Callable[[], int]) -> int:
+        """Call ``step`` (one short wait, returning what is still waited for: 0 when done)
+        until done, ``request_timeout`` seconds have passed, or the stop is set."""
+        self._waiting_since = time.monotonic()  # counts as unacknowledged meanwhile
+        deadline = self._waiting_since + self.request_timeout
+        try:
+            while True:
+                remaining = step()
+                if not remaining or time.monotonic() >= deadline:
+                    return remaining
+                if self._stop is not None and self._stop.is_set():
+                    msg = (f"stopping while waiting for Kafka at {self.bootstrap_servers} "
+                           f"({what})")
+                    raise DeliveryError(msg)
+        finally:
+            self._waiting_since = None
 
     def publish_catalog(self, version: int, lsn: int, entry: str) -> None:
         """The catalog history, one record per version (key: the version number), in
@@ -414,8 +449,11 @@ class KafkaSink:
 
     def unacknowledged_for(self) -> float:
         """Seconds the producer has held messages without an acknowledgement (sinks/acks.py
-        AcknowledgementClock; read by the pipeline's stall watch, from its thread)."""
-        return self._tracker.unacknowledged_for()
+        AcknowledgementClock; read by the pipeline's stall watch, from its thread), or has
+        waited for a table version or a topic, if longer: a stall all the same."""
+        waited = self._tracker.unacknowledged_for()
+        since = self._waiting_since
+        return waited if since is None else max(waited, time.monotonic() - since)
 
     def flush(self, timeout: float) -> None:
         self._producer.flush(timeout)
@@ -455,16 +493,41 @@ class KafkaSink:
         if name in self._topics:
             return name
         config = {"cleanup.policy": "compact"} if compact else {}
+        timeout = self.request_timeout
         futures = self._admin.create_topics(
             [NewTopic(name, num_partitions=partitions,
                       replication_factor=self.replication_factor, config=config)],
-            operation_timeout=30,
+            operation_timeout=timeout / 2, request_timeout=timeout,
         )
+        future = futures[name]
+
+        def step() -> int:
+            try:
+                future.result(timeout=_SLICE)
+            except concurrent.futures.TimeoutError:
+                return 1
+            return 0
+
+        # Kafka not answering is transient, as a delivery that times out: DeliveryError (the
+        # pipeline resets the sink and resends from the durable position)
+        silent = (f"cannot create topic {name}: Kafka at {self.bootstrap_servers} did not "
+                  f"answer within {timeout:g} s")
         try:
-            futures[name].result(timeout=60)
+            if self._wait(f"creating topic {name}", step):
+                future.cancel()
+                raise DeliveryError(silent)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                msg = f"cannot create topic {name}: {exc.args[0]}"
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                pass
+            elif error.code() in _UNREACHABLE:
+                msg = f"{silent} ({error.str()})"
+                raise DeliveryError(msg) from exc
+            elif error.retriable():
+                msg = f"cannot create topic {name}: {error.str()}"
+                raise DeliveryError(msg) from exc
+            else:
+                msg = f"cannot create topic {name}: {error}"
                 raise KafkaSinkError(msg) from exc
         self._topics.add(name)
         return name
