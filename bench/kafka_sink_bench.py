@@ -14,6 +14,11 @@ which on a shared machine says little.  Nothing is asserted.
 
     python -m bench.kafka_sink_bench                       # scale 0.1, 3 rounds
     python -m bench.kafka_sink_bench --config linger.ms=50 --config compression.type=none
+    python -m bench.kafka_sink_bench --schema-registry     # and the Confluent wire format
+
+``--schema-registry`` starts a throwaway Apicurio Registry (pgcdc/services/registry.py) and
+adds a run per round whose sink registers each table version's schemas there and frames
+every record (sinks/registry.py), beside the same run without.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink
 from sinks.null import NullSink
+from sinks.registry import SchemaRegistry
 from snapshot_builder.catalog import TableVersion
 
 Call = tuple[str, Any, int]
@@ -76,8 +82,10 @@ def librdkafka_cpu() -> float:
 
 
 def replay(calls: list[Call], servers: str, prefix: str, broker: db.ProcessCpu | _Unmeasured,
-           config: dict[str, str], batch: int) -> dict[str, float]:
-    sink = KafkaSink(servers, topic_prefix=prefix, producer_config=config)
+           config: dict[str, str], batch: int,
+           registry: SchemaRegistry | None = None) -> dict[str, float]:
+    sink = KafkaSink(servers, topic_prefix=prefix, producer_config=config,
+                     schema_registry=registry)
     last = max(lsn for kind, _, lsn in calls if kind == "end")
     broker_before, rdk_before = broker.cpu_seconds() or 0.0, librdkafka_cpu()
     began_cpu, began = time.thread_time(), time.perf_counter()
@@ -105,7 +113,8 @@ def replay(calls: list[Call], servers: str, prefix: str, broker: db.ProcessCpu |
     broker_cpu = (broker.cpu_seconds() or 0.0) - broker_before
     sink.close()
     per = 1e6 / events
-    return {"events": events, "wall s": wall, "main us/event": main * per,
+    return {"events": events, "wall s": wall, "events/s": events / wall,
+            "main us/event": main * per,
             "of which poll us/event": polling * per, "librdkafka us/event": rdk * per,
             "broker us/event": broker_cpu * per}
 
@@ -130,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers",
                         help="an existing Kafka (default: a throwaway broker, whose CPU time "
                              "is then reported too)")
+    parser.add_argument("--schema-registry", action="store_true",
+                        help="also a run per round in the Confluent wire format, against a "
+                             "throwaway Apicurio Registry")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run that only shows the benchmark still works (CI): "
                              "--scale 0.001, one round; its figures mean nothing")
@@ -156,12 +168,20 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.run(until_lsn=setup.end_lsn)
         print(f"captured {sum(k == 'event' for k, _, _ in recorder.calls):,} events")
         broker = db.ProcessCpu(str(kafka.base)) if kafka else _Unmeasured()
+        registry = None
+        if args.schema_registry:
+            from pgcdc.services.registry import SchemaRegistryServer
+
+            registry = SchemaRegistry(stack.enter_context(SchemaRegistryServer()).url)
+        runs = [(name, config, None) for name, config in settings.items()]
+        if registry is not None:
+            runs.append(("schema registry", {}, registry))
         run = 0
         for round_ in range(1, args.rounds + 1):
-            for name, config in settings.items():
+            for name, config, registered in runs:
                 run += 1
                 result = replay(recorder.calls, servers, f"run{os.getpid()}.{run}", broker,
-                                config, args.batch)
+                                config, args.batch, registered)
                 figures = ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}"
                                     for k, v in result.items())
                 print(f"round {round_} {name}: {figures}", flush=True)

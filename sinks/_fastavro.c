@@ -330,7 +330,7 @@ enum { EV_OP, EV_TABLE, EV_BEFORE, EV_AFTER, EV_UNCHANGED, EV_COMMIT_LSN, EV_LSN
 /* the plan of one table version for one server name (sinks/avro.py _Version.plan) */
 enum { PLAN_FIELDS, PLAN_KEY_FIELDS, PLAN_NULL_KEY, PLAN_HEAD, PLAN_SNAPSHOT,
        PLAN_READ_SNAPSHOT, PLAN_TABLE, PLAN_NAMES, PLAN_OPS, PLAN_TEXT_OF, PLAN_EPOCH_MS,
-       PLAN_FALLBACK, PLAN_SIZE };
+       PLAN_FALLBACK, PLAN_KEY_HEAD, PLAN_VALUE_HEAD, PLAN_SIZE };
 
 /* the plan's fallback, the Python encoder: fallback(event, now_ms) -> (key, value) */
 static PyObject *
@@ -368,7 +368,11 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                              PyTuple_GET_ITEM(plan, PLAN_HEAD),
                              PyTuple_GET_ITEM(plan, PLAN_SNAPSHOT),
                              PyTuple_GET_ITEM(plan, PLAN_READ_SNAPSHOT),
-                             PyTuple_GET_ITEM(plan, PLAN_TABLE)};
+                             PyTuple_GET_ITEM(plan, PLAN_TABLE),
+                             /* before each key and each value: b"" or the Confluent wire
+                              * format's magic byte and schema id (sinks/registry.py) */
+                             PyTuple_GET_ITEM(plan, PLAN_KEY_HEAD),
+                             PyTuple_GET_ITEM(plan, PLAN_VALUE_HEAD)};
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
         if (!PyBytes_CheckExact(constants[i])) {
             PyErr_SetString(PyExc_TypeError, "encode: the plan's constant parts are bytes");
@@ -406,11 +410,14 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     /* the key: the key columns of the new row, else of the old one */
     PyObject *row = after != Py_None ? after : before;
-    if (row == Py_None) {
+    if (row == Py_None && PyBytes_GET_SIZE(constants[5]) == 0) {
         key_bytes = Py_NewRef(constants[0]);
     }
     else {
-        if (put_row(&key, &scratch, row, key_fields, text_of) < 0)
+        if (put_bytes_object(&key, constants[5]) < 0)
+            goto done;
+        if (row == Py_None ? put_bytes_object(&key, constants[0]) < 0
+                           : put_row(&key, &scratch, row, key_fields, text_of) < 0)
             goto done;
         key_bytes = PyBytes_FromStringAndSize(key.data, key.size);
         if (key_bytes == NULL)
@@ -418,6 +425,8 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 
     /* the value: before, after, source, op, ts_ms, unchanged */
+    if (put_bytes_object(&value, constants[6]) < 0)
+        goto done;
     PyObject *rows[2] = {before, after};
     for (int i = 0; i < 2; i++) {
         if (rows[i] == Py_None) {

@@ -274,9 +274,13 @@ EventEncoder = Callable[[ChangeEvent, int], tuple[bytes, bytes]]
 """The key and value of an event of one table version, given ``now_ms``."""
 
 _Plan = tuple[_Fields, _Fields, bytes, bytes, bytes, bytes, bytes, dict[str, bytes],
-              dict[str, bytes], Callable[[Any], str], int, EventEncoder]
-"""What sinks/_fastavro.c's ``encode`` needs of one table version and server name; the
-last item is the Python encoder, for the events it leaves to it."""
+              dict[str, bytes], Callable[[Any], str], int, EventEncoder, bytes, bytes]
+"""What sinks/_fastavro.c's ``encode`` needs of one table version and server name; then
+the Python encoder, for the events it leaves to it, and the bytes before each key and each
+value (:meth:`AvroEncoder.heads`)."""
+
+Heads = tuple[bytes, bytes]
+_NO_HEADS: Heads = (b"", b"")
 
 _EVENT_FIELDS = ("op", "table", "before", "after", "unchanged", "commit_lsn", "lsn", "ordinal",
                  "xid", "commit_time")
@@ -324,22 +328,29 @@ class _Version:
         table_part = bytearray()
         _envelope_long(table_part, table.oid)
         self._table = bytes(table_part + _string(table.version))
-        self._plans: dict[str, _Plan] = {}
+        self._plans: dict[tuple[str, Heads], _Plan] = {}
 
-    def plan(self, server_name: str) -> _Plan:
+    def plan(self, server_name: str, heads: Heads = _NO_HEADS) -> _Plan:
         """Everything sinks/_fastavro.c's ``encode`` needs, for one server name."""
-        plan = self._plans.get(server_name)
+        plan = self._plans.get((server_name, heads))
         if plan is None:
-            plan = self._plans[server_name] = (
+            plan = self._plans[(server_name, heads)] = (
                 self.fields, self.key_fields, self.null_key, self.head(server_name),
                 self._snapshot, self._read_snapshot, self._table, self.names, _OPS, text_of,
-                PG_EPOCH_OFFSET_US // 1000, self.python_encoder(server_name))
+                PG_EPOCH_OFFSET_US // 1000, self.python_encoder(server_name, heads), *heads)
         return plan
 
-    def python_encoder(self, server_name: str) -> EventEncoder:
-        def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
-            return self.key(event), self.value(event, server_name, now_ms)
-        return encode
+    def python_encoder(self, server_name: str, heads: Heads = _NO_HEADS) -> EventEncoder:
+        key_head, value_head = heads
+        if not key_head and not value_head:
+            def encode(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
+                return self.key(event), self.value(event, server_name, now_ms)
+            return encode
+
+        def framed(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
+            return (key_head + self.key(event),
+                    value_head + self.value(event, server_name, now_ms))
+        return framed
 
     def head(self, server_name: str) -> bytes:
         """Source.version, Source.connector and Source.name."""
@@ -439,10 +450,10 @@ class AvroEncoder:
         """The key and the value of one event."""
         return self.encoder_for(event.table, server_name)(event, now_ms)
 
-    def heads(self, table: TableVersion) -> tuple[bytes, bytes]:
+    def heads(self, table: TableVersion) -> Heads:
         """The bytes before each key and each value of a version's events: none here; the
         Confluent wire format's schema ids with a registry (sinks/registry.py)."""
-        return b"", b""
+        return _NO_HEADS
 
     def read_frame(self, table: TableVersion, server_name: str, lsn: int,
                    commit_time: int) -> tuple[bytes, bytes]:
@@ -453,9 +464,10 @@ class AvroEncoder:
         """What :meth:`encode` does for the events of one table version, without looking the
         version up each time (the Kafka sink keeps one per table version)."""
         version = self._version(table)
+        heads = self.heads(table)
         if self._encode is None:
-            return version.python_encoder(server_name)
-        return functools.partial(self._encode, version.plan(server_name))
+            return version.python_encoder(server_name, heads)
+        return functools.partial(self._encode, version.plan(server_name, heads))
 
 
 def decode_value(table: TableVersion, raw: bytes) -> dict[str, Any]:

@@ -41,7 +41,6 @@ import struct
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -268,14 +267,3 @@ class RegistryAvroEncoder(AvroEncoder):
 
     def key(self, event: ChangeEvent) -> bytes:
         return self.heads(event.table)[0] + super().key(event)
-
-    def encoder_for(self, table: TableVersion,
-                    server_name: str) -> Callable[[ChangeEvent, int], tuple[bytes, bytes]]:
-        encode = super().encoder_for(table, server_name)
-        key_head, value_head = self.heads(table)
-
-        def framed(event: ChangeEvent, now_ms: int) -> tuple[bytes, bytes]:
-            key, value = encode(event, now_ms)
-            return key_head + key, value_head + value
-
-        return framed

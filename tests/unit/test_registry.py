@@ -11,6 +11,7 @@ import struct
 import urllib.error
 from email.message import Message
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -127,7 +128,11 @@ class _Ids:
 
 
 def _event(op: str = "c") -> ChangeEvent:
-    row = {"id": 7, "note": "hello", "amount": "12.50"}
+    row: Any = {"id": 7, "note": "hello", "amount": "12.50"}
+    if op == "t":  # a truncate: no row, the key is the null key
+        row = None
+    elif op == "u":  # a row the compiled encoder leaves to the Python one (not a dict)
+        row = MappingProxyType(row)
     return ChangeEvent(op, TABLE, None, row, (), 0x100, 0x120, 3, 99, 785_000_000_123_456)
 
 
@@ -142,7 +147,7 @@ def test_records_are_the_avro_bytes_behind_the_magic_byte_and_schema_id(compiled
     value_id = ids.ids[("app.public.orders-value", encoder.schemas(TABLE)["value_schema"])]
     assert wire_header(value_id) == b"\x00" + struct.pack(">I", value_id)
     plain = AvroEncoder(compiled=compiled)
-    for op in ("c", "r", "d"):
+    for op in ("c", "r", "d", "t", "u"):
         key, value = encoder.encode(_event(op), server_name="app", now_ms=5)
         plain_key, plain_value = plain.encode(_event(op), server_name="app", now_ms=5)
         assert key == wire_header(key_id) + plain_key
