@@ -10,6 +10,8 @@ the slot elsewhere (the initial load).
 
 from __future__ import annotations
 
+import logging
+
 import psycopg
 
 from decoder.slot import check_identity, check_wal_level, ensure_publication
@@ -85,13 +87,26 @@ def checked_publication(conn: Conn, publication: str, tables: list[str] | None, 
         check_privileges(conn, publication, capture_ddl=capture_ddl)
 
 
+class _RolledBack(logging.Filter):
+    """Leaves out the log line of a publication created by the dry run (rolled back)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("created publication")
+
+
 def preflight(dsn: str, publication: str, tables: list[str] | None, *, create: bool,
               capture_ddl: bool = True) -> None:
     """Every check of a start, creating nothing: the publication, if missing, is created
     in a transaction that is rolled back whatever the checks find."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        check_wal_level(conn)
-        with conn.transaction():
-            checked_publication(conn, publication, tables, create=create,
-                                capture_ddl=capture_ddl)
-            raise psycopg.Rollback
+    quiet = _RolledBack()
+    slot_log = logging.getLogger("decoder.slot")
+    slot_log.addFilter(quiet)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            check_wal_level(conn)
+            with conn.transaction():
+                checked_publication(conn, publication, tables, create=create,
+                                    capture_ddl=capture_ddl)
+                raise psycopg.Rollback
+    finally:
+        slot_log.removeFilter(quiet)

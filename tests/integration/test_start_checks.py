@@ -10,6 +10,7 @@ without SELECT no longer streams the table's changes; once granted, it does.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from decoder.errors import MissingIdentityError
 from decoder.slot import current_wal_lsn
 from pgcdc import pipeline as pipeline_module
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from pgcdc.start_checks import PrivilegeError
+from pgcdc.start_checks import PrivilegeError, preflight
 from tests.recording_sink import RecordingSink
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -171,3 +172,16 @@ def test_a_failure_after_the_slot_drops_only_a_slot_this_start_created(
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="injected"):
         Pipeline(PipelineConfig(pg_dsn), RecordingSink()).prepare()
     assert _state(pg_conn) == before
+
+
+def test_the_dry_run_creates_nothing_and_says_nothing(pg_conn: Conn, pg_dsn: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """preflight() (pgcdc run and snapshot, before the initial load) creates the missing
+    publication only in a transaction it rolls back, and does not log it as created."""
+    caplog.set_level(logging.INFO)
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    preflight(pg_dsn, "pgcdc", ["public.t"], create=True)
+    assert _state(pg_conn) == ([], [])
+    assert "created publication" not in caplog.text
+    Pipeline(PipelineConfig(pg_dsn, tables=["public.t"]), RecordingSink()).prepare()
+    assert "created publication pgcdc" in caplog.text  # the real one is said
