@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=42)
     demo.add_argument("--format", choices=["avro", "json"], default="avro",
                       help="Kafka value format (default avro)")
+    demo.add_argument("--schema-registry", action="store_true",
+                      help="Avro in the Confluent wire format, the schemas registered in a "
+                           "throwaway Apicurio Registry (built from Maven Central once)")
 
     run = verb("run", help="stream a slot into a sink until interrupted")
     _source_options(run)
@@ -498,7 +501,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     results = run_demo(DemoOptions(dsn=args.dsn, bootstrap_servers=args.bootstrap_servers,
                                    output=args.output, transactions=args.transactions,
-                                   seed=args.seed, value_format=args.format))
+                                   seed=args.seed, value_format=args.format,
+                                   schema_registry=args.schema_registry))
     return 0 if print_report(results) else EXIT_DIFFERS
 
 

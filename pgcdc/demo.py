@@ -28,6 +28,7 @@ from decoder.slot import current_wal_lsn
 from pgcdc.clone import TableComparison, compare
 from pgcdc.pipeline import Pipeline, PipelineConfig, Progress
 from sinks.kafka import KafkaSink
+from sinks.registry import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class DemoOptions:
     slot: str = "pgcdc_demo"
     topic_prefix: str = "pgcdc_demo"
     value_format: str = "avro"
+    schema_registry: bool = False  # a throwaway Apicurio Registry, the Confluent wire format
 
 
 class Workload:
@@ -172,6 +174,19 @@ def _services(options: DemoOptions) -> Iterator[tuple[str, str]]:
         yield dsn, servers
 
 
+@contextlib.contextmanager
+def _registry(options: DemoOptions) -> Iterator[SchemaRegistry | None]:
+    if not options.schema_registry:
+        yield None
+        return
+    from pgcdc.services.registry import SchemaRegistryServer
+
+    print("starting a throwaway schema registry (Apicurio; the first run builds it) ...",
+          file=sys.stderr)
+    with SchemaRegistryServer() as server:
+        yield SchemaRegistry(server.url)
+
+
 def run_demo(options: DemoOptions) -> list[TableComparison]:
     from streaming import job
     from streaming.session import build_session
@@ -180,12 +195,12 @@ def run_demo(options: DemoOptions) -> list[TableComparison]:
     shutil.rmtree(output, ignore_errors=True)
     lake, checkpoint = output / "lake", output / "checkpoints" / "apply"
     status = _Status(sys.stderr)
-    with _services(options) as (dsn, servers):
+    with _services(options) as (dsn, servers), _registry(options) as registry:
         with psycopg.connect(dsn, autocommit=True) as conn:
             _reset(conn, options.slot)
             conn.execute(DDL)
         sink = KafkaSink(servers, topic_prefix=options.topic_prefix,
-                         value_format=options.value_format)
+                         value_format=options.value_format, schema_registry=registry)
         pipeline = Pipeline(
             PipelineConfig(dsn, slot=options.slot, publication=options.slot, tables=TABLES), sink)
         pipeline.prepare()
