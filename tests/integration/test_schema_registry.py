@@ -7,12 +7,18 @@ pgcdc's Spark job reads the wire format into a lake equal to the source."""
 
 from __future__ import annotations
 
+import base64
+import http.server
 import io
 import json
 import struct
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -262,6 +268,83 @@ def test_tls_with_the_registrys_ca(schema_registry: SchemaRegistryServer) -> Non
         SchemaRegistry(schema_registry.tls_url).check()
     with pytest.raises(RegistryRefusedError, match="/apis/ccompat/v7"):
         SchemaRegistry(schema_registry.url.removesuffix("/apis/ccompat/v7")).check()
+
+
+class _BasicAuthGate:
+    """An HTTP front of the registry that wants one user and password (Apicurio's own
+    authentication needs an OpenID Connect server): a request with them is passed on, any
+    other answered 401."""
+
+    def __init__(self, upstream: str, user: str, password: str) -> None:
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.seen: list[str | None] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                seen.append(self.headers.get("Authorization"))
+                if self.headers.get("Authorization") != expected:
+                    self._answer(401, b'{"error_code":401,"message":"Unauthorized"}')
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                request = urllib.request.Request(
+                    upstream + self.path, data=self.rfile.read(length) if length else None,
+                    method=self.command, headers={"Content-Type": self.headers.get(
+                        "Content-Type", "application/json")})
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as answer:
+                        self._answer(answer.status, answer.read())
+                except urllib.error.HTTPError as exc:
+                    self._answer(exc.code, exc.read())
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = _relay
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_basic_auth_user_and_password(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
+        schema_registry: SchemaRegistryServer) -> None:
+    secret = "pa55:w@rd"  # a colon and an at sign: quoted in the URL form
+    origin = schema_registry.url.removesuffix("/apis/ccompat/v7")
+    gate = _BasicAuthGate(origin, "cdc", secret)
+    base = f"127.0.0.1:{gate.port}/apis/ccompat/v7"
+    try:
+        pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY)")
+        sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, schema_registry=SchemaRegistry(
+            f"http://{base}", user="cdc", password=secret))
+        pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.a"]), sink)
+        pipeline.prepare()
+        pg_conn.execute("INSERT INTO a VALUES (1)")
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+        sink.close()
+        topic = topic_name(topic_prefix, "public", "a")
+        assert _Topic(kafka_servers, schema_registry.url).versions(f"{topic}-value") == [1]
+        quoted = urllib.parse.quote(secret, safe="")
+        SchemaRegistry(f"http://cdc:{quoted}@{base}").check()
+        assert set(gate.seen) == {"Basic " + base64.b64encode(f"cdc:{secret}".encode()).decode()}
+        with pytest.raises(RegistryRefusedError, match="refused the login") as caught:
+            SchemaRegistry(f"http://cdc:wrong@{base}").check()
+        assert "wrong" not in str(caught.value) and secret not in str(caught.value)
+    finally:
+        gate.close()
 
 
 @pytest.mark.spark
