@@ -355,12 +355,18 @@ def test_the_spark_job_reads_the_wire_format(
 
     pg_conn.execute("CREATE TABLE s (id int PRIMARY KEY, amount numeric(12,3), at timestamptz, "
                     "note text, raw bytea)")
-    sink = _sink(kafka_servers, topic_prefix, schema_registry)
-    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.s"]), sink)
+    # first without a registry (plain Avro), then with it: the topic holds both, and the job
+    # tells them apart by each record's pgcdc.format header
+    plain = KafkaSink(kafka_servers, topic_prefix=topic_prefix)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.s"]), plain)
     pipeline.prepare()
     pg_conn.execute("INSERT INTO s SELECT g, g * 1.125, '2024-01-01'::timestamptz + g * "
                     "interval '1 hour', 'n' || g, decode(lpad(to_hex(g), 2, '0'), 'hex') "
                     "FROM generate_series(1, 40) g")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    plain.close()
+    sink = _sink(kafka_servers, topic_prefix, schema_registry)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.s"]), sink)
     pg_conn.execute("UPDATE s SET note = NULL, amount = amount * 2 WHERE id % 3 = 0")
     pg_conn.execute("DELETE FROM s WHERE id % 7 = 0")
     pg_conn.execute("ALTER TABLE s ADD COLUMN extra text")
@@ -377,6 +383,9 @@ def test_the_spark_job_reads_the_wire_format(
     assert [spec.name for spec in tables] == ["s"]
     results = compare(pg_conn, spark, lake, tables)
     assert all(result.equal for result in results), results
+    formats = {dict(r.headers())["pgcdc.format"] for r in _Topic(
+        kafka_servers, schema_registry.url).raw(topic_name(topic_prefix, "public", "s"))}
+    assert formats == {b"avro", b"avro-confluent"}
     assert spark.read.format("delta").load(f"{lake}/public.s").count() == 36
     assert Decimal(str(spark.read.format("delta").load(f"{lake}/public.s")
                        .where("id = 100").first()["amount"])) == Decimal("1.5")
