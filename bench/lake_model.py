@@ -1,12 +1,15 @@
 """The lake model at length (TESTING.md T18, issue 15): many random programs of DDL and DML,
-with kill -9 of ``pgcdc run`` at every capture, each ending with the lake compared with the
-source table by table.
+with kill -9 of ``pgcdc run`` at every capture and of the Spark driver at half the applies,
+each ending with the lake compared with the source table by table.
 
 The programs are tests/lake_model.py's (the CI test, tests/integration/test_lake_model.py,
 runs a few of them without kills).  One throwaway PostgreSQL, Kafka broker and Spark session
 for the whole run.  Each capture starts ``pgcdc run --incremental-snapshots`` as a process and
 kills it with -9 after 0.3 to 4 s; the program's final check captures with a pipeline in this
-process, from the progress, catalog history and incremental state the killed ones left.
+process, from the progress, catalog history and incremental state the killed ones left.  Half
+the applies first start ``pgcdc spark --available-now`` as a process (40 offsets a
+micro-batch) and kill it with -9 after 8 to 45 s (Spark's start included: before its first
+batch, between two, or inside one); the apply in this process then goes on from its checkpoint.
 
 From the repository root::
 
@@ -86,12 +89,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         failures[-1]["file"] = str(path)
                     log.error("programs %d-%d (seed %d) failed: %s", batch, batch + count - 1,
                               seed, str(exc).splitlines()[0][:300])
-                log.info("%d programs run (%d asked), %d kills, %d failures", len(ran),
-                         batch + count, rig.killed, len(failures))
+                log.info("%d programs run (%d asked), %d kills, %d driver kills, %d failures",
+                         len(ran), batch + count, rig.killed, rig.driver_kills, len(failures))
         finally:
             spark.stop()
     return {"programs": len(ran), "asked": args.programs, "steps": args.steps,
             "statements": sum(ran), "seed": args.seed, "kills": rig.killed,
+            "driver_kills": rig.driver_kills,
             "failures": failures,
             "seconds": round(time.monotonic() - started, 1)}
 

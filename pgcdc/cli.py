@@ -250,7 +250,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="compact (OPTIMIZE) the tables written, every N micro-batches")
     spark.add_argument("--archive-dropped", action="store_true",
                        help="move the lake table of a dropped source table to "
-                            "<lake>/_archive/<schema>.<table>.<oid> instead of dropping it")
+                            "<lake>/_archive/<schema>.<table>.<oid> instead of dropping it, "
+                            "and keep the lake column of a dropped column (NULL in newer "
+                            "rows; <name>__dropped once a new column takes its name)")
     spark.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="a Kafka consumer property for Spark's Kafka source, e.g. "
                             "security.protocol=SASL_SSL (repeatable; docs/security.md)")

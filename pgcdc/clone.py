@@ -12,6 +12,7 @@ SHA-256 over the sorted rows, so a single differing value changes it.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,10 @@ _PAST_SPARK = {"timestamptz": "regexp_replace(to_char({0} AT TIME ZONE 'UTC', "
 _INFINITIES = "WHEN {0} = 'infinity' THEN 'infinity' WHEN {0} = '-infinity' THEN '-infinity' "
 
 
-def _source_expr(column: ColumnSpec) -> sql.Composable:
+def _source_expr(column: ColumnSpec, json_valued: bool = False) -> sql.Composable:
     ident = sql.Identifier(column.name)
+    if json_valued:  # a composite or an array: the lake holds its JSON (docs/types.md)
+        return sql.SQL("to_json({})::text").format(ident)
     pg_type = column.pg_type  # a domain's base type
     if pg_type in _SPARK_MAX:  # microseconds since 1970 (UTC), or the text the lake keeps
         return sql.SQL("CASE " + _INFINITIES + "WHEN {0} > " + _SPARK_MAX[pg_type] + " THEN "
@@ -108,29 +111,68 @@ def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# the columns of a table whose values are composites or arrays (through domains)
+_JSON_VALUED = """
+WITH RECURSIVE base(attname, oid) AS (
+    SELECT a.attname, a.atttypid FROM pg_attribute a
+    WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+    SELECT b.attname, t.typbasetype FROM base b JOIN pg_type t ON t.oid = b.oid
+    WHERE t.typtype = 'd')
+SELECT b.attname FROM base b JOIN pg_type t ON t.oid = b.oid
+WHERE t.typtype = 'c' OR t.typcategory = 'A'
+"""
+
+
+def _json_valued(conn: psycopg.Connection[Any], spec: TableSpec) -> set[str]:
+    relation = sql.Identifier(spec.schema, spec.name).as_string(conn)
+    return {str(r[0]) for r in conn.execute(_JSON_VALUED, (relation,)).fetchall()}
+
+
+def _canonical_json(text: str | None) -> str | None:
+    """JSON text in one spelling (keys sorted, no spaces): PostgreSQL's ``to_json`` and
+    pgcdc's encoder agree on values, not on layout."""
+    if text is None:
+        return None
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def _canonical(row: tuple[Any, ...], json_at: list[bool]) -> CanonicalRow:
+    return tuple(_canonical_json(None if v is None else str(v)) if is_json
+                 else None if v is None else str(v) for v, is_json in zip(row, json_at,
+                                                                          strict=True))
+
+
 def source_rows(conn: psycopg.Connection[Any], spec: TableSpec) -> list[CanonicalRow]:
+    json_valued = _json_valued(conn, spec)
+    json_at = [c.name in json_valued for c in spec.columns]
     query = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join(_source_expr(c) for c in spec.columns),
+        sql.SQL(", ").join(_source_expr(c, j) for c, j in zip(spec.columns, json_at,
+                                                              strict=True)),
         sql.Identifier(spec.schema, spec.name),
     )
-    return [tuple(None if v is None else str(v) for v in row)
-            for row in conn.execute(query).fetchall()]
+    return [_canonical(row, json_at) for row in conn.execute(query).fetchall()]
 
 
-def lake_rows(spark: Any, lake: str, spec: TableSpec) -> list[CanonicalRow]:
+def lake_rows(spark: Any, lake: str, spec: TableSpec,
+              json_valued: set[str] | None = None) -> list[CanonicalRow]:
+    """The lake table's rows; the columns named in ``json_valued`` (composites and arrays,
+    as :func:`source_rows` finds them) in JSON's canonical spelling."""
     from delta.tables import DeltaTable
 
     path = table_path(lake, spec)
     if not DeltaTable.isDeltaTable(spark, path):
         return []
+    json_at = [c.name in (json_valued or set()) for c in spec.columns]
     frame = spark.read.format("delta").load(path).selectExpr(*[_lake_expr(c) for c in spec.columns])
-    return [tuple(row) for row in frame.collect()]
+    return [_canonical(tuple(row), json_at) for row in frame.collect()]
 
 
 def compare(conn: psycopg.Connection[Any], spark: Any, lake: str,
             specs: list[TableSpec]) -> list[TableComparison]:
     return [
         TableComparison(spec.qualified_name, digest(source_rows(conn, spec)),
-                        digest(lake_rows(spark, lake, spec)))
+                        digest(lake_rows(spark, lake, spec, _json_valued(conn, spec))))
         for spec in specs
     ]

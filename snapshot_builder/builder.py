@@ -61,7 +61,14 @@ from decoder.pgoutput import Relation, Type
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 from snapshot_builder.datatype import TypeVersion
-from snapshot_builder.ddl import RewriteTable, parse_message, publishes, rows_rewritten
+from snapshot_builder.ddl import (
+    RewriteTable,
+    parse_message,
+    publishes,
+    rows_rewritten,
+    tables_using,
+    values_changed,
+)
 from snapshot_builder.history import (
     Catalog,
     CatalogHistory,
@@ -356,7 +363,15 @@ class SnapshotBuilder:
             self._pending.append(change)
             return change.table
         if isinstance(change, PutType):
-            self._type_overlay[change.type.oid] = change.type
+            oid = change.type.oid
+            reason = values_changed(self._type_overlay.get(oid, current.types.get(oid)),
+                                    change.type)
+            self._type_overlay[oid] = change.type
+            if reason is not None:
+                tables = {**current.tables, **self._overlay}
+                for table in tables_using([t for t in tables.values() if t is not None],
+                                          {**current.types, **self._type_overlay}, oid):
+                    self._rewritten.setdefault(table.oid, reason)
             self._pending.append(change)
             return None
         if isinstance(change, DropType):

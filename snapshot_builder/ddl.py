@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,7 +54,7 @@ import psycopg.sql
 
 from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import TableVersion, published_columns, table_from_dict
-from snapshot_builder.datatype import type_from_dict
+from snapshot_builder.datatype import TypeVersion, type_from_dict
 from snapshot_builder.history import Change, DropTable, DropType, PutTable, PutType
 
 log = logging.getLogger(__name__)
@@ -441,6 +442,40 @@ def rows_rewritten(before: TableVersion | None, after: TableVersion) -> str | No
     if added:
         return f"column(s) {', '.join(added)} added with a default"
     return None
+
+
+def values_changed(before: TypeVersion | None, after: TypeVersion) -> str | None:
+    """Why ``after`` changed the stored values of type ``before`` without row changes in
+    the WAL, or None: a composite's attributes added, dropped, renamed or retyped (every
+    value of it reads differently: a field more, less or renamed), an enum label renamed
+    (every value holding it reads as the new label).  Adding an enum label, and any change
+    of a domain (its constraints, default, name), changes no stored value."""
+    if before is None or before.kind != after.kind:
+        return None
+    if after.kind == "composite" and before.attributes != after.attributes:
+        return f"the attributes of type {after.qualified_name} changed"
+    if after.kind == "enum" and not set(before.labels) <= set(after.labels):
+        return f"a label of type {after.qualified_name} was renamed"
+    return None
+
+
+def tables_using(tables: Iterable[TableVersion], types: Mapping[int, TypeVersion | None],
+                 changed: int) -> list[TableVersion]:
+    """The ``tables`` with a column whose values hold type ``changed``: of it, or of an
+    array, domain, range or composite over it (at any depth), by the user ``types``."""
+    every = dict(types)
+    holding = {changed}
+    grown = True
+    while grown:
+        grown = False
+        for oid, dtype in every.items():
+            if dtype is None or oid in holding:
+                continue
+            if dtype.base_oid in holding or any(a.type_oid in holding
+                                                for a in dtype.attributes):
+                holding.add(oid)
+                grown = True
+    return [t for t in tables if any(c.type_oid in holding for c in t.columns)]
 
 
 def publishes(content: bytes, publication: str | None) -> bool | None:

@@ -370,9 +370,10 @@ def latest_per_key(rows: Any, spec: TableSpec) -> Any:
 
 
 def ensure_table(spark: Any, path: str, spec: TableSpec,
-                 versions: list[TableSpec] | None = None) -> Any:
-    """The Delta table at ``path``, created or evolved to ``spec``'s columns."""
-    return evolve(spark, path, spec, META_COLUMNS, versions)
+                 versions: list[TableSpec] | None = None, *, keep_dropped: bool = False) -> Any:
+    """The Delta table at ``path``, created or evolved to ``spec``'s columns (the columns
+    the source dropped dropped too, or kept with ``keep_dropped``)."""
+    return evolve(spark, path, spec, META_COLUMNS, versions, keep_dropped=keep_dropped)
 
 
 def truncated_at(spark: Any, path: str) -> tuple[int, int] | None:
@@ -399,7 +400,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 versions: list[TableSpec] | None = None,
                 truncate: tuple[int, int] | None | object = _UNKNOWN,
                 ops: frozenset[str] | None = None, steps: Steps | None = None,
-                bounds: tuple[str, str, str] | None | object = _UNKNOWN) -> int:
+                bounds: tuple[str, str, str] | None | object = _UNKNOWN,
+                keep_dropped: bool = False) -> int:
     """MERGE one table's events of a batch; returns how many rows it inserted, updated or
     deleted.
 
@@ -409,17 +411,19 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
 
     ``truncate`` and ``ops``: the position of the batch's newest truncate of this table and
     the operations present, if the caller knows them (:func:`summarize`); the truncate is
-    otherwise looked up here, and without ``ops`` the full MERGE runs."""
+    otherwise looked up here, and without ``ops`` the full MERGE runs.  ``keep_dropped``:
+    keep the lake columns of columns the source dropped (:func:`evolve`)."""
     step = steps if steps is not None else Steps(spark, -1 if idempotence is None
                                                  else idempotence[1])
     from streaming import multiset  # (it imports this module)
 
     if multiset.keyless(spec):  # rows without a key: a multiset, duplicates kept
         return multiset.apply_multiset(spark, events, spec, lake, idempotence=idempotence,
-                                       changelog=changelog, versions=versions, steps=step)
+                                       changelog=changelog, versions=versions, steps=step,
+                                       keep_dropped=keep_dropped)
     path = table_path(lake, spec)
     with step("table"):
-        target = ensure_table(spark, path, spec, versions)
+        target = ensure_table(spark, path, spec, versions, keep_dropped=keep_dropped)
     rows = shape(events, spec, versions)
     applied_rows = rows
     if truncate is _UNKNOWN:
@@ -716,7 +720,8 @@ def _workers(spark: Any, count: int) -> queue.SimpleQueue[Any]:
 
 def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, TableBatch]],
                   lake: str, catalog: LakeCatalog, *, idempotence: tuple[str, int],
-                  changelog: bool, steps: Steps, threads: int) -> list[int]:
+                  changelog: bool, steps: Steps, threads: int,
+                  keep_dropped: bool = False) -> list[int]:
     """:func:`apply_table` for each of ``tables`` (distinct lake locations whose ownership
     is settled), ``threads`` at a time; the changes applied to each, in order.  Every table
     is attempted; the first failure is raised after all have ended."""
@@ -730,7 +735,8 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
         return apply_table(session, events, spec, lake, idempotence=idempotence,
                            changelog=changelog, versions=catalog.versions(spec.oid),
                            truncate=found.truncate, ops=found.ops, steps=steps,
-                           bounds=_UNKNOWN if bounds is None else bounds[spec.oid])
+                           bounds=_UNKNOWN if bounds is None else bounds[spec.oid],
+                           keep_dropped=keep_dropped)
 
     if threads <= 1 or len(tables) <= 1:
         return [one(spark, spec, found) for spec, found in tables]
@@ -768,7 +774,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     version it lacks, and when called with none).  Each table is brought to the newest
     shape the catalog gives it; the tables of the batch are applied one life after the
     other (streaming/ownership.py): a table the history shows dropped is retired (dropped,
-    or moved aside with ``archive``) once its events are applied, before a table created
+    or moved aside with ``archive``, which also keeps the lake columns of dropped columns)
+    once its events are applied, before a table created
     under its name takes the location; a renamed table's lake table moves to its new name's
     location first (and after the batch, for renamed tables without events).
     ``touched``: if given, the location of every table the batch wrote is added to it.
@@ -825,7 +832,7 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         def flush() -> None:
             counts = _apply_tables(spark, events, pending, lake, resolved,
                                    idempotence=(app_id, batch_id), changelog=changelog,
-                                   steps=step, threads=threads)
+                                   steps=step, threads=threads, keep_dropped=archive)
             for (spec, _), count in zip(pending, counts, strict=True):
                 applied[spec.qualified_name] = applied.get(spec.qualified_name, 0) + count
             pending.clear()

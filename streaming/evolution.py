@@ -7,8 +7,12 @@ position columns, with Delta's type widening enabled.  A later version:
 * widens a column's type where Delta can do it in place (``smallint`` ->
   ``int`` -> ``bigint``, ``float`` -> ``double``, a decimal that keeps its
   integer digits and scale; ``ALTER COLUMN ... TYPE``);
-* keeps columns a version dropped (null in newer rows), so history stays
-  readable.
+* drops the columns a version dropped (``ALTER TABLE ... DROP COLUMNS``: column
+  mapping makes it a change of metadata; earlier table versions still hold them,
+  for time travel), or, with ``keep_dropped`` (``pgcdc spark --archive-dropped``),
+  keeps them, NULL in newer rows, moved aside to ``<name>__dropped`` when a new
+  column takes the name.  A column is known by its identity (its attnum), so a
+  column dropped and added again under its name is a new, empty column.
 
 Any other type change (``int`` to ``string``, ``string`` to ``int``, ...) rewrites
 the Delta table in one commit with the column cast to the new type; PostgreSQL
@@ -119,7 +123,7 @@ def cached_property(spark: Any, path: str, key: str) -> str | None:
 
 
 def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...],
-           versions: list[TableSpec] | None = None) -> Any:
+           versions: list[TableSpec] | None = None, *, keep_dropped: bool = False) -> Any:
     """The Delta table at ``path``, created or brought to ``spec``'s shape.
 
     A column renamed in ``spec`` is renamed in Delta (column mapping by name, so no data
@@ -149,13 +153,19 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
     changed = False
     identities = _identities(spec)
     properties = table_properties(spark, path)
+    known = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
+    gone = _dropped(spec, present, known, {n for n, _ in columns})
+    if gone:
+        present = _drop(spark, target, present, gone, properties, keep=keep_dropped,
+                        reused={c.name for c in spec.columns})
+        changed = True
+        known = {a: n for a, n in known.items() if n not in gone or a in identities}
     if identities:
-        known = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
         renamed = _rename(spark, target, spec, present, known, versions or [], properties)
         changed = renamed != present
         present = renamed
         merged = dict(known, **identities)
-        if merged != known:
+        if merged != json.loads(properties.get(COLUMNS_PROPERTY, "{}")):
             update = {COLUMNS_PROPERTY: json.dumps(merged, sort_keys=True)}
             spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(update)})")
             properties.update(update)
@@ -181,6 +191,44 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         log.info("widened %s.%s from %s to %s", path, name, have, wanted)
     _STATE[path] = (spec.version, properties)
     return DeltaTable.forPath(spark, path) if changed else table
+
+
+def _dropped(spec: TableSpec, present: dict[str, str], known: dict[str, str],
+             wanted: set[str]) -> set[str]:
+    """The Delta columns whose PostgreSQL column ``spec`` no longer has: by identity (a
+    known attnum ``spec`` lacks, though a new column may have taken its name), else by
+    name (a table without identities: no DDL capture)."""
+    identities = _identities(spec)
+    if identities and known:
+        return {name for attnum, name in known.items()
+                if attnum not in identities and name in present
+                and not (name in wanted and name not in identities.values())}
+    return {name for name in present if name not in wanted} if not identities else set()
+
+
+def _drop(spark: Any, target: str, present: dict[str, str], gone: set[str],
+          properties: dict[str, str], *, keep: bool, reused: set[str]) -> dict[str, str]:
+    """Drop the ``gone`` columns (or keep them, moved aside where ``reused`` takes the
+    name); the new ``present``."""
+    if properties.get("delta.columnMapping.mode", "none") == "none":
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ("
+                  f"{_properties_sql(_CREATE_PROPERTIES)})")
+        properties.update(_CREATE_PROPERTIES)
+    remaining = dict(present)
+    if not keep:
+        names = ", ".join(quote(n) for n in sorted(gone))
+        spark.sql(f"ALTER TABLE {target} DROP COLUMNS ({names})")
+        log.info("dropped columns %s of %s (dropped at the source)", sorted(gone), target)
+        for name in gone:
+            del remaining[name]
+        return remaining
+    for name in sorted(gone & reused):
+        aside = f"{name}__dropped"
+        while aside in remaining:
+            aside += "_"
+        spark.sql(f"ALTER TABLE {target} RENAME COLUMN {quote(name)} TO {quote(aside)}")
+        remaining[aside] = remaining.pop(name)
+    return remaining
 
 
 def _retype(spark: Any, path: str, name: str, wanted: str) -> None:

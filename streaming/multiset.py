@@ -427,7 +427,8 @@ def _bounds(spec: TableSpec, found: Any) -> tuple[str, str, str] | None:
 
 def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                    idempotence: tuple[str, int] | None = None, changelog: bool = False,
-                   versions: list[TableSpec] | None = None, steps: Steps | None = None) -> int:
+                   versions: list[TableSpec] | None = None, steps: Steps | None = None,
+                   keep_dropped: bool = False) -> int:
     """Apply one keyless table's events of a batch (see the module docstring); returns how
     many rows the MERGE inserted or deleted (0 when Delta skipped it as already committed)."""
     step = steps if steps is not None else Steps(spark, -1 if idempotence is None
@@ -436,7 +437,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     with step("table"):
         if (path, spec.oid) not in _APPLIED:  # read before the column is added
             _APPLIED[path, spec.oid] = _stored_watermark(spark, path)
-        target = evolve(spark, path, spec, META_COLUMNS, versions)
+        target = evolve(spark, path, spec, META_COLUMNS, versions, keep_dropped=keep_dropped)
     applied, loaded = _APPLIED[path, spec.oid]
     truncated = _parse(cached_property(spark, path, TRUNCATED_PROPERTY))
     floor = max((p for p in (applied, truncated) if p is not None), default=None)

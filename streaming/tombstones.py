@@ -54,7 +54,7 @@ def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,
         return latest
     # key columns renamed or widened like the table's own
     evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL),
-           [_keys_only(v) for v in versions or []])
+           [_keys_only(v) for v in versions or []], keep_dropped=True)
     keys = [quote(c.name) for c in spec.key_columns]
     recorded = spark.read.format("delta").load(tombstones_at)
     if bounds is not None:
@@ -77,7 +77,8 @@ def record_deletes(spark: Any, latest: Any, spec: TableSpec, path: str,
     if deletes.isEmpty():
         return
     tombstones_at = tombstone_path(path)
-    evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL))
+    evolve(spark, tombstones_at, _keys_only(spec), (COMMIT_LSN, ORDINAL),
+           keep_dropped=True)
     writer = deletes.write.format("delta").mode("append")
     if idempotence is not None:  # a retried batch appends nothing twice
         writer = writer.option("txnAppId", idempotence[0]).option("txnVersion", idempotence[1])

@@ -5,17 +5,21 @@ compared with its source table through the consistent-clone oracle (pgcdc.clone.
 A program is one run of :class:`LakeModel`, a hypothesis state machine: tables created (keyed,
 or keyless with REPLICA IDENTITY FULL and duplicate rows; one name holds a quote and a
 semicolon), rows inserted, updated (a key too) and deleted, columns added (no default, a
-constant, a volatile one), dropped, renamed and retyped (``USING``), tables truncated, dropped,
-dropped and created again, savepoints rolled back with DDL inside, prepared transactions
-committed and rolled back with DDL inside; between steps pgcdc captures what was written (a
-new pipeline each time, so every capture is a restart on the persisted catalog history) and
-Spark applies it.  At the end the lake must hold exactly the source's tables, each equal.
+constant, a volatile one), dropped, renamed and retyped (``USING``), tables truncated, renamed,
+dropped, dropped and created again, savepoints rolled back with DDL inside, prepared
+transactions committed and rolled back with DDL inside, columns of the program's own types (an
+enum given new labels, one of them renamed; a domain; a composite given new attributes, which
+changes every stored value of it without a row change in the WAL); between steps pgcdc
+captures what was written (a new pipeline each time, so every capture is a restart on the
+persisted catalog history) and Spark applies it.  At the end the lake must hold exactly the
+source's tables, each equal.
 
 The source is the oracle, so the model keeps only what makes valid SQL (tables, columns and
 their types).  Every statement is kept in :attr:`Program.statements`: a failure prints the
 program as SQL, replayable by hand.  With a :class:`Rig` whose ``kills`` is set (the bench,
 bench/lake_model.py), captures run ``pgcdc run`` as a process killed with -9 at a random
-moment instead, and the final capture finishes from what the killed ones left.
+moment instead, and the final capture finishes from what the killed ones left; half the
+applies first run ``pgcdc spark`` as a process killed with -9 at a random moment.
 """
 
 from __future__ import annotations
@@ -58,7 +62,17 @@ TYPES: dict[str, tuple[str, str, str]] = {
     "text": ("'t' || ({g})", "'d'", "md5(random()::text)"),
     "numeric(10,2)": ("({g})::numeric / 4", "4.25", "(random() * 100)::numeric(10,2)"),
     "boolean": ("({g}) % 2 = 0", "true", "random() < 0.5"),
+    # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
+    # composite that gains attributes ({extra}: a NULL for each one added)
+    "mood": ("(enum_range(NULL::mood))[1 + abs({g}) % cardinality(enum_range(NULL::mood))]",
+             "'calm'", "(enum_range(NULL::mood))[1 + floor(random() * 2)::int]"),
+    "amount": ("({g})::numeric / 8", "2.5", "(random() * 100)::numeric(12,2)"),
+    "pair": ("ROW({g}, 'p' || ({g}){extra})::pair", "ROW(1, 'd'{extra})::pair",
+             "ROW((random() * 9)::int, md5(random()::text){extra})::pair"),
 }
+USER_TYPES = ("CREATE TYPE mood AS ENUM ('calm', 'busy')",
+              "CREATE DOMAIN amount AS numeric(12,2)",
+              "CREATE TYPE pair AS (a int, b text)")
 _programs = itertools.count()
 AUXILIARY = ("__tombstones", "__changelog")  # the apply's own tables beside a lake table
 # a program's listing: where it captured (pgcdc run, killed with -9 in the bench) and applied
@@ -76,7 +90,8 @@ class Rig:
     root: Path
     kills: random.Random | None = None  # the bench: kill -9 ``pgcdc run`` at each capture
     timeout: float = 300.0
-    killed: int = 0
+    killed: int = 0  # ``pgcdc run`` processes killed
+    driver_kills: int = 0  # ``pgcdc spark`` processes killed
 
 
 @dataclass
@@ -206,11 +221,35 @@ class Program:
         self.rig.killed += 1
 
     def apply(self) -> None:
-        """``pgcdc spark --available-now``, in this process's Spark session."""
+        """``pgcdc spark --available-now``, in this process's Spark session (in the bench,
+        half the time after a ``pgcdc spark`` process killed with -9 mid-way)."""
         self.statements.append(APPLY)
+        if self.rig.kills is not None and self.rig.kills.random() < 0.5:
+            self._apply_killed()
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix, trigger_seconds=None)
         job.start(self.rig.spark, config).awaitTermination()
+
+    def _apply_killed(self) -> None:
+        """``pgcdc spark`` as a process (a driver of its own, small micro-batches), killed
+        with -9 after a random while: before its first batch, between two, or inside one."""
+        rng = self.rig.kills
+        assert rng is not None
+        argv = [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", self.rig.kafka,
+                "--topic-prefix", self.prefix, "--lake", self.lake, "--checkpoint",
+                self.checkpoint, "--available-now", "--max-offsets-per-trigger", "40",
+                "--spark-log", str(self.home / "spark.log")]
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            process.communicate(timeout=rng.uniform(8.0, 45.0))
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=60)
+            self.rig.driver_kills += 1
+            return
+        if process.returncode != 0:
+            msg = f"pgcdc spark exited {process.returncode} before the kill"
+            raise AssertionError(msg)
 
     def check(self) -> None:
         """The lake holds exactly the source's tables, each equal to its source."""
@@ -265,10 +304,17 @@ class LakeModel(RuleBasedStateMachine):
         self.program = Program(self.rig)
         self.tables: dict[str, Table] = {}
         self.serial = 0  # column names, row numbers, transaction ids
+        self.pair_added = 0  # attributes added to the composite ``pair``
+        self.labels: list[str] = []  # labels added to the enum ``mood``
+        self.program.run(*USER_TYPES)
 
     def _next(self) -> int:
         self.serial += 1
         return self.serial
+
+    def _expr(self, kind: str, which: int, g: str = "g") -> str:
+        """Column type ``kind``'s value (0), constant default (1) or volatile default (2)."""
+        return TYPES[kind][which].format(g=g, extra=", NULL" * self.pair_added)
 
     def _pick(self, pick: int) -> Table:
         return self.tables[sorted(self.tables)[pick % len(self.tables)]]
@@ -292,7 +338,7 @@ class LakeModel(RuleBasedStateMachine):
         self.serial += count
         names = [table.key, *table.columns]
         values = ["g" if table.keyed else "g % 3"]
-        values += [TYPES[kind][0].format(g="g") for kind in table.columns.values()]
+        values += [self._expr(kind, 0) for kind in table.columns.values()]
         return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM generate_series({}, {}) g, "
                        "generate_series(1, {}) n").format(
             _ident(table.name), sql.SQL(", ").join(map(_ident, names)),
@@ -333,7 +379,7 @@ class LakeModel(RuleBasedStateMachine):
         table = self._pick(pick)
         if table.columns:
             column, kind = sorted(table.columns.items())[residue % len(table.columns)]
-            value = sql.SQL(TYPES[kind][0].format(g=f"{table.key} + {self._next()}"))
+            value = sql.SQL(self._expr(kind, 0, f"{table.key} + {self._next()}"))
         elif table.keyed:
             return  # update_key changes keys
         else:
@@ -362,8 +408,8 @@ class LakeModel(RuleBasedStateMachine):
     def add_column(self, pick: int, kind: str, default: str) -> None:
         table = self._pick(pick)
         column = f"c{self._next()}"
-        clause = {"none": "", "constant": f" DEFAULT {TYPES[kind][1]}",
-                  "volatile": f" DEFAULT {TYPES[kind][2]}"}[default]
+        clause = {"none": "", "constant": f" DEFAULT {self._expr(kind, 1)}",
+                  "volatile": f" DEFAULT {self._expr(kind, 2)}"}[default]
         self.program.run(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
             _ident(table.name), _ident(column), sql.SQL(kind + clause)))
         table.columns[column] = kind
@@ -406,6 +452,48 @@ class LakeModel(RuleBasedStateMachine):
             _ident(table.name), _ident(column), sql.SQL(kind), using))
         table.columns[column] = kind
         self.program.run(self._rows(table, 3))
+
+    @precondition(lambda self: self.tables and len(self.tables) < len(NAMES))
+    @rule(pick=st.integers(0, 99), to=st.sampled_from(NAMES))
+    def rename_table(self, pick: int, to: str) -> None:
+        table = self._pick(pick)
+        if to in self.tables:
+            return
+        self.program.run(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            _ident(table.name), _ident(to)))
+        del self.tables[table.name]
+        table.name = to
+        self.tables[to] = table
+        self.program.run(self._rows(table, 2))
+
+    @rule(residue=st.integers(0, 2))
+    def enum_label_added(self, residue: int) -> None:
+        """A label added to ``mood`` and given to rows that have a ``mood`` column."""
+        label = f"m{self._next()}"
+        self.program.run(f"ALTER TYPE mood ADD VALUE '{label}'")
+        self.labels.append(label)
+        for table in self.tables.values():
+            for column in (c for c, kind in table.columns.items() if kind == "mood"):
+                self.program.run(sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
+                    _ident(table.name), _ident(column), sql.Literal(label),
+                    self._one(table, residue)))
+
+    @precondition(lambda self: self.labels)
+    @rule()
+    def enum_label_renamed(self) -> None:
+        """The newest label added to ``mood`` renamed: every value holding it reads anew."""
+        label = f"m{self._next()}"
+        self.program.run(f"ALTER TYPE mood RENAME VALUE '{self.labels[-1]}' TO '{label}'")
+        self.labels[-1] = label
+
+    @rule()
+    def composite_attribute_added(self) -> None:
+        """An attribute added to ``pair``: every value of it gains a NULL field, in place."""
+        self.program.run(f"ALTER TYPE pair ADD ATTRIBUTE x{self._next()} int")
+        self.pair_added += 1
+        for table in self.tables.values():
+            if "pair" in table.columns.values():
+                self.program.run(self._rows(table, 2))
 
     @precondition(lambda self: self.tables)
     @rule(pick=st.integers(0, 99))

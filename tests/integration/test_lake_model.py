@@ -83,6 +83,20 @@ REGRESSIONS = {
         "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g", CAPTURE, APPLY,
         "DROP TABLE t"],
+    # found as the model grew types of its own: a composite's new attribute (every stored
+    # value gains a NULL field, no row change in the WAL) and an enum label renamed
+    "composite attribute added": [
+        "CREATE TYPE pair AS (a int, b text)", "CREATE TYPE mood AS ENUM ('calm', 'busy')",
+        "CREATE TABLE t (id int PRIMARY KEY, p pair, m mood)",
+        "INSERT INTO t SELECT g, ROW(g, 'p' || g)::pair, 'busy' FROM generate_series(1, 6) g",
+        CAPTURE, APPLY, "ALTER TYPE pair ADD ATTRIBUTE x int",
+        "ALTER TYPE mood RENAME VALUE 'busy' TO 'rushed'",
+        "INSERT INTO t VALUES (7, ROW(7, 'q', 1)::pair, 'calm')"],
+    "keyless composite attribute added": [
+        "CREATE TYPE pair AS (a int, b text)", "CREATE TABLE t (k int, p pair)",
+        "ALTER TABLE t REPLICA IDENTITY FULL",
+        "INSERT INTO t SELECT g % 3, ROW(g % 3, 'p')::pair FROM generate_series(1, 6) g",
+        "ALTER TYPE pair ADD ATTRIBUTE x int"],
 }
 
 

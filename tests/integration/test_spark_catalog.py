@@ -254,3 +254,54 @@ def test_the_job_follows_drops_and_recreates_across_small_batches(
         .awaitTermination()
     assert len(batches) > 5
     _check_lake(spark, pg_dsn, job.read_catalog(spark, config), lake)
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["dropped", "kept"])
+def test_a_dropped_column_leaves_the_lake_and_its_name_starts_empty(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path, keep: bool) -> None:
+    """A column dropped at the source is dropped in the lake (kept with the archive option,
+    moved aside to ``<name>__dropped`` once a new column takes its name), in a keyed and a
+    keyless table; a column added again under the name is another column: NULL in the old
+    rows, never the dropped column's values."""
+    history = tmp_path / "catalog"
+    pg_conn.execute("CREATE TABLE k (id int PRIMARY KEY, a int, b int, c text)")
+    pg_conn.execute("CREATE TABLE f (x int, b int)")
+    pg_conn.execute("ALTER TABLE f REPLICA IDENTITY FULL")
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    pg_conn.execute("INSERT INTO k SELECT g, g, g * 10, 'c' FROM generate_series(1, 6) g")
+    pg_conn.execute("INSERT INTO f SELECT g % 2, g FROM generate_series(1, 6) g")
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
+    lake = (tmp_path / "lake").as_uri()
+    config = job.JobConfig(kafka_servers, lake, (tmp_path / "cp").as_uri(),
+                           topic_prefix=topic_prefix, archive_dropped=keep)
+    first = _topics(spark, kafka_servers, topic_prefix)
+    apply_batch(spark, first, 0, catalog=job.read_catalog(spark, config), lake=lake,
+                app_id="columns", archive=keep)
+
+    for table in ("k", "f"):
+        pg_conn.execute(f"ALTER TABLE {table} DROP COLUMN b")
+        pg_conn.execute(f"ALTER TABLE {table} ADD COLUMN b int")  # another column, NULL
+    pg_conn.execute("ALTER TABLE k DROP COLUMN c")
+    pg_conn.execute("INSERT INTO k VALUES (7, 7, 70)")
+    pg_conn.execute("INSERT INTO f VALUES (9, 90)")
+    pg_conn.execute("DELETE FROM f WHERE x = 1 AND b IS NULL AND ctid IN "
+                    "(SELECT ctid FROM f WHERE x = 1 LIMIT 1)")
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
+    catalog = job.read_catalog(spark, config)
+    apply_batch(spark, _since(_topics(spark, kafka_servers, topic_prefix), first), 1,
+                catalog=catalog, lake=lake, app_id="columns", archive=keep)
+    tables = [t for t in catalog.tables() if t.schema == "public"]
+    with psycopg.connect(pg_dsn) as conn:
+        results = compare(conn, spark, lake, tables)
+    assert all(r.equal for r in results), results
+    data = {"k": ["id", "a", "b"], "f": ["x", "b"]}
+    aside = {"k": ["b__dropped", "c"], "f": ["b__dropped"]} if keep else {"k": [], "f": []}
+    for spec in tables:
+        frame = spark.read.format("delta").load(table_path(lake, spec))
+        columns = [c for c in frame.columns if not c.startswith("_pgcdc")]
+        assert sorted(columns) == sorted(data[spec.name] + aside[spec.name]), columns
+        if keep and spec.name == "k":  # the dropped column's values stay in the old rows
+            kept = sorted(r[0] for r in frame.select("b__dropped").collect()
+                          if r[0] is not None)
+            assert kept == [10, 20, 30, 40, 50, 60]

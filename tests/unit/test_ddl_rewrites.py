@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from snapshot_builder.builder import SnapshotBuilder
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.ddl import RewriteTable, parse_message, rows_rewritten
-from snapshot_builder.history import PutTable
+from snapshot_builder.datatype import Attribute, TypeVersion
+from snapshot_builder.ddl import (
+    RewriteTable,
+    parse_message,
+    rows_rewritten,
+    tables_using,
+    values_changed,
+)
+from snapshot_builder.history import PutTable, PutType
 
 
 def _table(*columns: Column, oid: int = 1) -> TableVersion:
@@ -95,3 +103,52 @@ def test_a_table_rewritten_while_it_is_read_is_read_again_after() -> None:
     snapshots.read_again('"public"."t"', 43)  # another table under the name: read it too
     assert [(j.table, j.oid) for j in snapshots.state.jobs][2:] == [
         ('"public"."t"', 41), ('"public"."t"', 43)]
+
+
+PAIR = TypeVersion(16500, "public", "pair", "composite",
+                   attributes=(Attribute("a", 23), Attribute("b", 25)))
+MOOD = TypeVersion(16510, "public", "mood", "enum", labels=("calm", "busy"))
+
+
+def test_type_changes_that_change_stored_values() -> None:
+    grown = dataclasses.replace(PAIR, attributes=(*PAIR.attributes, Attribute("x", 23)))
+    assert values_changed(PAIR, grown) == "the attributes of type public.pair changed"
+    renamed = dataclasses.replace(PAIR, attributes=(Attribute("a", 23), Attribute("c", 25)))
+    assert values_changed(PAIR, renamed) == "the attributes of type public.pair changed"
+    relabelled = dataclasses.replace(MOOD, labels=("calm", "rushed"))
+    assert values_changed(MOOD, relabelled) == "a label of type public.mood was renamed"
+
+
+def test_type_changes_that_leave_stored_values_alone() -> None:
+    assert values_changed(None, PAIR) is None  # a new type
+    assert values_changed(MOOD, dataclasses.replace(MOOD, labels=("calm", "ok", "busy"))) \
+        is None  # a label added
+    assert values_changed(PAIR, dataclasses.replace(PAIR, name="pair2")) is None  # renamed
+    domain = TypeVersion(16520, "public", "amount", "domain", base_oid=1700)
+    assert values_changed(domain, dataclasses.replace(domain, constraints=("CHECK (VALUE > 0)",))
+                          ) is None
+
+
+def test_the_tables_holding_a_type_at_any_depth() -> None:
+    array = TypeVersion(16501, "public", "_pair", "array", base_oid=PAIR.oid)
+    domain = TypeVersion(16530, "public", "pairs", "domain", base_oid=array.oid)
+    outer = TypeVersion(16540, "public", "outer", "composite",
+                        attributes=(Attribute("p", domain.oid),))
+    types = {t.oid: t for t in (PAIR, array, domain, outer, MOOD)}
+    direct = _table(ID, Column("p", PAIR.oid, "pair", -1, False, False, None, 2), oid=1)
+    nested = _table(ID, Column("o", outer.oid, "outer", -1, False, False, None, 2), oid=2)
+    other = _table(ID, Column("m", MOOD.oid, "mood", -1, False, False, None, 2), oid=3)
+    assert [t.oid for t in tables_using([direct, nested, other], types, PAIR.oid)] == [1, 2]
+    assert [t.oid for t in tables_using([direct, nested, other], types, MOOD.oid)] == [3]
+
+
+def test_the_builder_reads_again_the_tables_of_a_changed_composite() -> None:
+    builder = SnapshotBuilder()
+    holder = _table(ID, Column("p", PAIR.oid, "pair", -1, False, False, None, 2))
+    builder.start_consistent([PutType(PAIR), PutTable(holder),
+                              PutTable(_table(ID, oid=2))], 10)
+    grown = dataclasses.replace(PAIR, attributes=(*PAIR.attributes, Attribute("x", 23)))
+    builder.on_ddl(json.dumps({"op": "put_type", "type": grown.to_dict()}).encode())
+    assert builder.rewritten == {1: "the attributes of type public.pair changed"}
+    builder.commit(20, 0)
+    assert builder.catalog.type(PAIR.oid) == grown
