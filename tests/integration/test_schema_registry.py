@@ -261,6 +261,47 @@ def test_a_frozen_registry_is_retried_and_delivery_resumes(
     assert topics.versions(f"{topic}-value") == [1, 2]
 
 
+def test_exactly_once_in_the_wire_format(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
+        schema_registry: SchemaRegistryServer) -> None:
+    """--exactly-once with a registry: the table versions are registered before the Kafka
+    transaction that carries their records; a read_committed consumer decodes them."""
+    from sinks.kafka_txn import TransactionalKafkaSink
+
+    pg_conn.execute("CREATE TABLE x (id int PRIMARY KEY, v text)")
+    sink = TransactionalKafkaSink(kafka_servers, slot="pgcdc", topic_prefix=topic_prefix,
+                                  commit_interval_ms=200,
+                                  schema_registry=SchemaRegistry(schema_registry.url))
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.x"]), sink)
+    pipeline.prepare()
+    pg_conn.execute("INSERT INTO x VALUES (1, 'one'), (2, 'two')")
+    pg_conn.execute("ALTER TABLE x ADD COLUMN w int")
+    pg_conn.execute("UPDATE x SET w = id * 2")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    sink.close()
+    topic = topic_name(topic_prefix, "public", "x")
+    topics = _Topic(kafka_servers, schema_registry.url)
+    consumer = Consumer({"bootstrap.servers": kafka_servers, "group.id": "registry-txn",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        values: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 4:
+            assert time.monotonic() < deadline, values
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None and message.value():
+                values.append(topics.deserialize(message.value(), SerializationContext(
+                    topic, MessageField.VALUE)))
+    finally:
+        consumer.close()
+    assert [v["after"] for v in values] == [{"id": 1, "v": "one"}, {"id": 2, "v": "two"},
+                                            {"id": 1, "v": "one", "w": 2},
+                                            {"id": 2, "v": "two", "w": 4}]
+    assert topics.versions(f"{topic}-value") == [1, 2]
+
+
 def test_tls_with_the_registrys_ca(schema_registry: SchemaRegistryServer) -> None:
     assert schema_registry.ca is not None
     SchemaRegistry(schema_registry.tls_url, ca=schema_registry.ca).check()
