@@ -20,17 +20,16 @@ import base64
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from pgcdc.errors import JavaMissingError, TerminalError
 from pgcdc.services import maven
 from pgcdc.services.ports import free_port, wait_for_port
+from pgcdc.services.process import LocalProcess
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def java_binary() -> str:
     return found
 
 
-class KafkaBroker:
+class KafkaBroker(LocalProcess):
     """One KRaft node acting as broker and controller on 127.0.0.1.
 
     ``advertised_port``: the port the PLAINTEXT listener tells clients to connect to
@@ -106,49 +105,12 @@ class KafkaBroker:
         log.info("kafka started on %s", self.bootstrap_servers)
         return self
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-    def pause(self) -> None:
-        """Freeze the broker (SIGSTOP): connections hang, nothing is refused."""
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGCONT)
-
     def kill(self) -> None:
         """A hard crash of the broker (SIGKILL)."""
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait(timeout=10)
             self._proc = None
-
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.cleanup()
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
     # --- internals ------------------------------------------------------------------------
 

@@ -21,19 +21,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from pgcdc.errors import TerminalError
 from pgcdc.services import maven
 from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port, wait_for_port
+from pgcdc.services.process import LocalProcess
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def _build(pom: bytes, target: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-class SchemaRegistryServer:
+class SchemaRegistryServer(LocalProcess):
     """One Apicurio Registry on 127.0.0.1, in-memory storage, no authentication."""
 
     def __init__(self, *, port: int | None = None, heap: str = "256m", tls: bool = False) -> None:
@@ -135,44 +134,6 @@ class SchemaRegistryServer:
             raise TerminalError(msg)
         log.info("schema registry started at %s", self.url)
         return self
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)  # a paused one must run to stop
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-    def pause(self) -> None:
-        """Freeze the registry (SIGSTOP): connections are accepted and never answered."""
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc is not None:
-            self._proc.send_signal(signal.SIGCONT)
-
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-    def __enter__(self) -> SchemaRegistryServer:
-        return self.start()
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.cleanup()
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
     def _tls_options(self) -> list[str]:
         if self.tls_port is None:
