@@ -19,6 +19,7 @@ from pgcdc.errors import TerminalError
 from snapshot_builder import ddl
 
 Conn = psycopg.Connection[tuple[object, ...]]
+log = logging.getLogger(__name__)
 
 _SECURITY = "(the least-privilege role: docs/security.md)"
 
@@ -85,6 +86,38 @@ def checked_publication(conn: Conn, publication: str, tables: list[str] | None, 
         ensure_publication(conn, publication, tables, create=create)
         check_identity(conn, publication)
         check_privileges(conn, publication, capture_ddl=capture_ddl)
+        warn_generated_columns(conn, publication)
+
+
+_GENERATED = """
+SELECT format('%%I.%%I', n.nspname, c.relname),
+       string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+FROM pg_publication_tables pt
+JOIN pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE pt.pubname = %s AND a.attgenerated <> ''
+GROUP BY 1 ORDER BY 1
+"""
+_warned_generated: set[str] = set()
+
+
+def warn_generated_columns(conn: Conn, publication: str) -> list[str]:
+    """Say which published tables have generated columns: PostgreSQL 15 to 17 never
+    publishes them (pgoutput leaves them out of its Relation and row messages), so they are
+    not in Kafka and the lake tables have no such columns.  Each table is named once per
+    process; returns the tables named now."""
+    named = []
+    for table, columns in conn.execute(_GENERATED, (publication,)).fetchall():
+        if str(table) in _warned_generated:
+            continue
+        _warned_generated.add(str(table))
+        named.append(str(table))
+        log.warning("table %s has generated column(s) %s, which PostgreSQL does not publish "
+                    "to logical replication (before version 18): they are not in Kafka and "
+                    "its lake table has no such column; compute them downstream from the "
+                    "published columns (docs/lake-ddl.md)", table, columns)
+    return named
 
 
 class _RolledBack(logging.Filter):
