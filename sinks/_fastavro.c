@@ -359,6 +359,9 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "encode: the event is not a ChangeEvent");
         return NULL;
     }
+    /* an event of a subclass of ChangeEvent (a marked read: sinks/snapshot_marks.py) */
+    if (!PyTuple_CheckExact(event) && Py_TYPE(event)->tp_base != &PyTuple_Type)
+        return fall_back(plan, event, args[2]);
     PyObject *fields = PyTuple_GET_ITEM(plan, PLAN_FIELDS);
     PyObject *key_fields = PyTuple_GET_ITEM(plan, PLAN_KEY_FIELDS);
     PyObject *names = PyTuple_GET_ITEM(plan, PLAN_NAMES);

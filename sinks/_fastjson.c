@@ -591,6 +591,9 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *fallback = PyTuple_GET_ITEM(spec, 3);
+    /* an event of a subclass of ChangeEvent (a marked read: sinks/snapshot_marks.py) */
+    if (!PyTuple_CheckExact(event) && Py_TYPE(event)->tp_base != &PyTuple_Type)
+        return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
     PyObject *columns = PyTuple_GET_ITEM(spec, 0), *keys = PyTuple_GET_ITEM(spec, 1);
     PyObject *parts = PyTuple_GET_ITEM(spec, 2);
     long long commit_lsn, lsn, ordinal, xid, commit_time;

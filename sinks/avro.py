@@ -42,6 +42,7 @@ import fastavro
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
 from sinks.envelope import CONNECTOR, text_of
+from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
 
 _AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -310,7 +311,7 @@ class _Version:
     """The writers of one table version, and the constant bytes of its envelope."""
 
     __slots__ = ("fields", "key_fields", "null_key", "names", "_heads", "_snapshot",
-                 "_read_snapshot", "_table", "_plans")
+                 "_read_snapshot", "_names", "_table", "_plans")
 
     def __init__(self, table: TableVersion) -> None:
         fastavro.parse_schema(key_schema(table))  # both schemas are valid Avro
@@ -325,6 +326,7 @@ class _Version:
         middle = _string("") + _string(table.schema) + _string(table.name)
         self._snapshot = _string("false") + middle
         self._read_snapshot = _string("true") + middle
+        self._names = middle  # db, schema, table: after the snapshot mark
         table_part = bytearray()
         _envelope_long(table_part, table.oid)
         self._table = bytes(table_part + _string(table.version))
@@ -360,13 +362,15 @@ class _Version:
                 _string("pgcdc-1") + _string(CONNECTOR) + _string(server_name))
         return head
 
-    def read_frame(self, server_name: str, lsn: int, commit_time: int) -> tuple[bytes, bytes]:
+    def read_frame(self, server_name: str, lsn: int, commit_time: int,
+                   snapshot: str = "true") -> tuple[bytes, bytes]:
         """The constant bytes of a read event's value around its ordinal (sinks/_loadfast.c):
         what :meth:`value` writes after the Row record up to the ordinal, and from there up
-        to ``ts_ms`` (the load's events: ``xid`` 0, ``lsn`` and ``commit_lsn`` the load's)."""
+        to ``ts_ms`` (the load's events: ``xid`` 0, ``lsn`` and ``commit_lsn`` the load's;
+        ``snapshot`` the mark, sinks/snapshot_marks.py)."""
         middle = bytearray(self.head(server_name))
         _envelope_long(middle, unix_millis(commit_time))
-        middle += self._read_snapshot
+        middle += _string(snapshot) + self._names
         for number in (0, lsn, lsn):  # txId, lsn, commit_lsn
             _envelope_long(middle, number)
         return bytes(middle), self._table + _OPS["r"]
@@ -391,7 +395,12 @@ class _Version:
         out += self.head(server_name)
         _envelope_long(out, unix_millis(event.commit_time))
         op = event.op
-        out += self._read_snapshot if op == "r" else self._snapshot
+        if op != "r":
+            out += self._snapshot
+        elif isinstance(event, MarkedRead):  # the load's first or last read
+            out += _string(event.snapshot) + self._names
+        else:
+            out += self._read_snapshot
         _envelope_long(out, event.xid)
         _envelope_long(out, event.lsn)
         _envelope_long(out, event.commit_lsn)
@@ -456,9 +465,9 @@ class AvroEncoder:
         return _NO_HEADS
 
     def read_frame(self, table: TableVersion, server_name: str, lsn: int,
-                   commit_time: int) -> tuple[bytes, bytes]:
+                   commit_time: int, snapshot: str = "true") -> tuple[bytes, bytes]:
         """See :meth:`_Version.read_frame`."""
-        return self._version(table).read_frame(server_name, lsn, commit_time)
+        return self._version(table).read_frame(server_name, lsn, commit_time, snapshot)
 
     def encoder_for(self, table: TableVersion, server_name: str) -> EventEncoder:
         """What :meth:`encode` does for the events of one table version, without looking the

@@ -35,12 +35,12 @@ a box ``{"high", "low"}``, a path ``{"points", "closed"}``, a polygon ``{"points
 circle ``{"center", "radius"}``; a point ``{"x", "y"}``, in Debezium's encoding
 Debezium's ``{"x", "y", "wkb", "srid"}``); arrays are (nested) lists; composites objects
 of their fields (Debezium writes ranges as text: not followed).  ``source.db`` is the
-database name; ``source.snapshot`` is ``"true"`` for every read (Debezium marks the
-first and last read of a snapshot ``first``/``last``: not done) and ``"false"``
-otherwise.  pgcdc adds, inside ``source``, ``commit_lsn``, ``ordinal``, ``table_oid``
-and ``table_version``, and at the top ``unchanged``: the columns whose TOASTed value was
-not resent (absent from ``after`` in pgcdc's mode, Debezium's placeholder
-``__debezium_unavailable_value`` in Debezium's).
+database name; ``source.snapshot`` is ``"false"`` for a streamed change and, for a read,
+Debezium's mark: ``"first"`` for the initial load's first read event, ``"last"`` for its
+last, ``"true"`` for the others (sinks/snapshot_marks.py).  pgcdc adds, inside
+``source``, ``commit_lsn``, ``ordinal``, ``table_oid`` and ``table_version``, and at the
+top ``unchanged``: the columns whose TOASTed value was not resent (absent from ``after``
+in pgcdc's mode, Debezium's placeholder ``__debezium_unavailable_value`` in Debezium's).
 
 Every mapping is a function of the value and its column's type alone, so equal rows
 encode to equal bytes.  In Debezium's encoding, :meth:`JsonEncoder.encoder_for` writes each
@@ -83,6 +83,7 @@ from decoder.values import (
     inet_text,
 )
 from sinks.debezium_json import PGCDC_JSON, JsonOptions, RowConverter, fast_kind
+from sinks.snapshot_marks import MarkedRead, snapshot_of
 from snapshot_builder.catalog import Column, TableVersion
 
 CONNECTOR = "pgcdc"
@@ -178,7 +179,7 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int,
             "connector": CONNECTOR,
             "name": server_name,
             "ts_ms": unix_millis(event.commit_time),
-            "snapshot": _snapshot_of(event),
+            "snapshot": snapshot_of(event),
             "db": options.database,
             "schema": table.schema,
             "table": table.name,
@@ -202,7 +203,7 @@ class _Shape:
     """
 
     __slots__ = ("server_name", "database", "source", "snapshot", "read_snapshot", "tail",
-                 "key_names")
+                 "key_names", "constant")
 
     def __init__(self, table: TableVersion, server_name: str, database: str) -> None:
         self.server_name = server_name
@@ -217,6 +218,13 @@ class _Shape:
                      + _dumps(table.version) + '},"op":')
         self.key_names = tuple((c.name, ("{" if i == 0 else ",") + _dumps(c.name) + ":")
                                for i, c in enumerate(table.key_columns))
+        self.constant = constant
+
+    def marked(self, event: ChangeEvent) -> str:
+        """The snapshot part of a read event of a subclass (sinks/snapshot_marks.py)."""
+        if not isinstance(event, MarkedRead):
+            return self.read_snapshot
+        return ',"snapshot":' + _dumps(event.snapshot) + self.constant
 
     def key(self, row: dict[str, Any]) -> str:
         if not self.key_names:
@@ -235,16 +243,13 @@ class _Shape:
             '{"before":', "null" if before is None else _dumps(before),
             ',"after":', "null" if after is None else _dumps(after),
             self.source, str(unix_millis(commit_time)),
-            self.read_snapshot if event.op == "r" else self.snapshot, str(xid),
+            (self.snapshot if event.op != "r" else self.read_snapshot
+             if type(event) is ChangeEvent else self.marked(event)), str(xid),
             ',"lsn":', str(lsn), ',"commit_lsn":', str(commit_lsn),
             ',"ordinal":', str(ordinal), self.tail, _dumps(event.op),
             ',"ts_ms":', str(now_ms),
             ',"unchanged":', _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
         ))
-
-
-def _snapshot_of(event: ChangeEvent) -> str:
-    return "false" if event.op != "r" else "true"
 
 
 def _debezium_envelope(event: ChangeEvent, server_name: str, now_ms: int,
@@ -260,7 +265,7 @@ def _debezium_envelope(event: ChangeEvent, server_name: str, now_ms: int,
             "connector": CONNECTOR,
             "name": server_name,
             "ts_ms": unix_millis(event.commit_time),
-            "snapshot": _snapshot_of(event),
+            "snapshot": snapshot_of(event),
             "db": options.database,
             "sequence": f'["{event.commit_lsn}","{event.lsn}"]',
             "ts_us": commit_us,
@@ -344,7 +349,7 @@ class _DebeziumShape:
             ',"after":', "null" if after is None
             else _dumps(rows.convert(after, event.unchanged)),
             self.source, str(commit_us // 1000),
-            ',"snapshot":"', _snapshot_of(event), '","db":', _dumps(self.options.database),
+            ',"snapshot":"', snapshot_of(event), '","db":', _dumps(self.options.database),
             ',"sequence":"[\\"', str(commit_lsn), '\\",\\"', str(lsn), '\\"]"',
             ',"ts_us":', str(commit_us), ',"ts_ns":', str(commit_us * 1000),
             self.names, str(xid) if xid else "null", ',"lsn":', str(lsn),

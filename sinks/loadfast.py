@@ -85,13 +85,14 @@ def _fallback(column: Column, decode: Callable[[str], Any] | None) -> Callable[[
 def compile_table(producer: Any, table: TableVersion, decoder: RowDecoder,
                   encoder: AvroEncoder, server_name: str, topic: str,
                   headers: list[tuple[str, str | bytes | None]], lsn: int,
-                  commit_time: int) -> Any:
+                  commit_time: int, snapshot: str = "true") -> Any:
     """A table version's :class:`sinks._loadfast.Table`: its read events (``lsn`` the load's
-    LSN) into ``topic`` with ``headers`` through ``producer``."""
+    LSN, ``source.snapshot`` ``snapshot``) into ``topic`` with ``headers`` through
+    ``producer``."""
     assert _loadfast is not None
     decoders = {column[0]: column[1] for column in decoder.columns}
     positions = {c.name: i for i, c in enumerate(table.columns)}
-    middle, tail = encoder.read_frame(table, server_name, lsn, commit_time)
+    middle, tail = encoder.read_frame(table, server_name, lsn, commit_time, snapshot)
     heads = encoder.heads(table)  # the schema ids of the Confluent wire format, if any
     return _loadfast.Table(
         producer, topic, [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers],
@@ -178,7 +179,7 @@ class FastLoad:
         # waits for, and a report per message costs more than producing it
         config.append(("delivery.report.only.error", "true"))
         self.producer = _loadfast.Producer(library, config)
-        self._plans: dict[int, tuple[RowDecoder, Any]] = {}
+        self._plans: dict[tuple[int, str], tuple[RowDecoder, Any]] = {}
 
     @classmethod
     def for_sink(cls, sink: object) -> FastLoad | None:
@@ -195,18 +196,20 @@ class FastLoad:
             return None
         return cls(sink, library)
 
-    def plan(self, table: TableVersion, decoder: RowDecoder, lsn: int, commit_time: int) -> Any:
+    def plan(self, table: TableVersion, decoder: RowDecoder, lsn: int, commit_time: int,
+             snapshot: str = "true") -> Any:
         """The compiled plan of a table version's rows (rebuilt when the decoder changed:
-        a new catalog generation).  The table version is published already."""
-        cached = self._plans.get(table.oid)
+        a new catalog generation), their ``source.snapshot`` ``snapshot``
+        (sinks/snapshot_marks.py).  The table version is published already."""
+        cached = self._plans.get((table.oid, snapshot))
         if cached is not None and cached[0] is decoder:
             return cached[1]
         sink = self.sink
         assert isinstance(sink.encoder, AvroEncoder)
         _, topic, headers, _ = sink._route(table)  # noqa: SLF001
         plan = compile_table(self.producer, table, decoder, sink.encoder, sink.prefix, topic,
-                             headers, lsn, commit_time)
-        self._plans[table.oid] = (decoder, plan)
+                             headers, lsn, commit_time, snapshot)
+        self._plans[(table.oid, snapshot)] = (decoder, plan)
         return plan
 
     @staticmethod

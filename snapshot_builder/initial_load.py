@@ -75,12 +75,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import psycopg
 
-from decoder.change import RowDecoder
+from decoder.change import ChangeEvent, RowDecoder
 from decoder.errors import SlotInUseError
 from decoder.replication import (
     SESSION_OPTIONS,
@@ -103,7 +102,7 @@ from pgcdc.errors import TerminalError, TransientError
 from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
 from pgcdc.restart import StateFiles, start_over
 from sinks.sink import Sink
-from snapshot_builder import ddl
+from snapshot_builder import ddl, read_marks
 from snapshot_builder.builder import SnapshotBuilder
 from snapshot_builder.chunk_reader import (
     Batch,
@@ -129,6 +128,7 @@ from snapshot_builder.load_state import (
 )
 from snapshot_builder.load_worker import SinkFactory, WorkerPool, WorkerSetup
 from snapshot_builder.published import PublishedTable, block_size, fetch_published_tables
+from snapshot_builder.read_marks import FirstClaim, HeldRead
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,10 @@ class InitialLoad:
         self.store = LoadStateStore(config.state_file)
         self.progress = LoadProgress()
         self._written: list[Batch] = []
+        self._first_due = False  # the next read written is the load's first (read_marks.py)
+        self._held = HeldRead()  # the read held back to be the load's last
+        # worker processes: the heads they held back, not written yet, with their chunks
+        self._heads: list[tuple[ChangeEvent, tuple[ChunkTask, int]]] = []
         self._block_size = 8192  # the server's, read with the plan
         self._pool: WorkerPool | None = None  # the worker processes of a run
 
@@ -402,7 +406,7 @@ class InitialLoad:
                                 tuple((t.table.schema, t.table.name) for t in tables),
                                 load_lsn, generation, started, cfg.batch_rows, cfg.flush_timeout)
             snapshot.pool = self._pool
-            snapshot.pool.configure(setup, self._catalog_generation())
+            snapshot.pool.configure(setup, self._catalog_generation(), self._first_due)
             try:
                 snapshot.pool.wait_ready(timeout=60 + cfg.lock_timeout)
             except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
@@ -448,6 +452,9 @@ class InitialLoad:
         assert row is not None
         started = Generation(str(row[0]), now_pg_micros())
         tables = [catalog[t.oid] for t in loading]
+        # no chunk durable yet: this generation writes the load's first read (read_marks.py)
+        self._first_due = not any(c.done is not None for t in state.tables.values()
+                                  for c in t.chunks)
         if tables:
             self._start_readers(snapshot, tables, state.load_lsn, generation, started.started)
         snapshot.release_export()
@@ -538,6 +545,7 @@ class InitialLoad:
             thread.start()
         error: BaseException | None = None
         last_report = time.monotonic()
+        ended = 0  # chunks whose last batch was written
         try:
             while any(t.is_alive() for t in readers) or not out.empty():
                 if stop.is_set():
@@ -552,8 +560,7 @@ class InitialLoad:
                 elif item is not None and error is None:
                     self._write(item)
                     if item.last:
-                        item.events = []
-                        self._written.append(item)
+                        ended += 1
                         self._checkpoint(state)
                 self.sink.poll(0)
                 now = time.monotonic()
@@ -568,14 +575,58 @@ class InitialLoad:
             if isinstance(error, psycopg.errors.LockNotAvailable):
                 raise _lock_error(error) from error
             raise error
+        if ended == len(tasks):
+            self._write_last(state)
 
     def _write(self, batch: Batch) -> None:
-        for event in batch.events:
-            self.sink.write(event)
-        self._count(batch.task, len(batch.events))
+        """A batch into the sink; of the last batch of a chunk, its final event is held back
+        (read_marks.py) and the event held before is written: a chunk is in ``_written``
+        (done at the next checkpoint) once every one of its events was written."""
+        events = batch.events
+        self._count(batch.task, len(events))
+        write = self.sink.write
+        held: ChangeEvent | None = None
+        if batch.last and events:
+            held = events[-1]
+            events = events[:-1]
+        if self._first_due and events:
+            self._first_due = False
+            write(read_marks.first(events[0]))
+            events = events[1:]
+        for event in events:
+            write(event)
+        if not batch.last:
+            return
+        batch.events = []
+        if held is None:
+            self._written.append(batch)
+            return
+        previous, chunk = self._held.swap(held, batch)
+        if previous is not None:
+            if self._first_due:
+                self._first_due = False
+                previous = read_marks.first(previous)
+            write(previous)
+            self._written.append(chunk)
+
+    def _write_last(self, state: LoadState) -> None:
+        """Every chunk ended and every other event is durable: the held event, ``last``."""
+        event, chunk = self._held.take()
+        if event is None:
+            return
+        self._first_due = False
+        self.sink.write(read_marks.last(event))
+        self._written.append(chunk)
+        self._checkpoint(state)
 
     def _checkpoint(self, state: LoadState) -> None:
         """Sink durable -> chunk recorded done (the state file); never an LSN to PostgreSQL."""
+        self._make_durable(state)
+        for batch in self._written:
+            self._record_done(state, batch.task, batch.rows)
+        self._written.clear()
+
+    def _make_durable(self, state: LoadState) -> None:
         self.sink.end_transaction(state.load_lsn)
         self.sink.flush(self.config.flush_timeout)
         durable = self.sink.durable_lsn()  # raises the first delivery error
@@ -583,9 +634,6 @@ class InitialLoad:
             msg = (f"the sink did not make the initial load's events durable within "
                    f"{self.config.flush_timeout:.0f} s; run again: the load resumes")
             raise LoadNotDurableError(msg)
-        for batch in self._written:
-            self._record_done(state, batch.task, batch.rows)
-        self._written.clear()
 
     def _record_done(self, state: LoadState, task: ChunkTask, rows: int) -> None:
         """A chunk whose every event is durable: done at this generation, in the state file."""
@@ -619,13 +667,53 @@ class InitialLoad:
                 on_progress(self.progress)
                 last_report = now
 
+        done = 0
+
+        def on_done(task: ChunkTask, rows: int, head: ChangeEvent | None) -> None:
+            nonlocal done
+            done += 1
+            if head is None:
+                self._record_done(state, task, rows)
+            else:
+                self._heads.append((head, (task, rows)))
+                self._write_heads(state, pool.first, keep=1)
+
+        def on_tick() -> None:
+            self._write_heads(state, pool.first, keep=1)
+            tick()
+
         try:
-            pool.run(tasks, stop, on_rows=self._count, on_done=partial(self._record_done, state),
-                     on_tick=tick)
+            pool.run(tasks, stop, on_rows=self._count, on_done=on_done, on_tick=on_tick)
         except psycopg.errors.LockNotAvailable as exc:
             raise _lock_error(exc) from exc
         finally:
             self.progress.worker_rss = list(pool.peak_rss)
+        if done == len(tasks):  # every worker ended: nobody holds the first's claim
+            self._write_heads(state, pool.first, keep=0)
+
+    def _write_heads(self, state: LoadState, claim: FirstClaim, keep: int) -> None:
+        """The heads workers held back (read_marks.py), into this process's sink but the
+        newest ``keep``; with ``keep=0`` the newest is the load's last.  Not while a worker
+        writes the load's first; each chunk is recorded done once its head is durable."""
+        if len(self._heads) <= keep:
+            return
+        mine = claim.try_claim()
+        if mine is None:
+            return  # a worker writes the first: after it
+        write = self.sink.write
+        count = len(self._heads) - keep
+        written, self._heads = self._heads[:count], self._heads[count:]
+        for number, (event, _) in enumerate(written):
+            if keep == 0 and number == count - 1:
+                event = read_marks.last(event)
+            elif mine and number == 0:
+                event = read_marks.first(event)
+            write(event)
+        self._make_durable(state)
+        if mine:
+            claim.done()
+        for _, (task, rows) in written:
+            self._record_done(state, task, rows)
 
     def _count(self, task: ChunkTask, rows: int) -> None:
         """Rows handed to a sink (not yet durable), for the progress report."""

@@ -51,12 +51,13 @@ from typing import Any
 
 import psycopg
 
-from decoder.change import RowDecoder
+from decoder.change import READ, ChangeEvent, RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from pgcdc.errors import TerminalError, TransientError
 from sinks.loadfast import FastLoad, copy_lines
 from sinks.sink import Sink
+from snapshot_builder import read_marks
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.chunk_reader import (
     ChunkTask,
@@ -66,9 +67,11 @@ from snapshot_builder.chunk_reader import (
     chunk_too_large,
     copy_query,
     lock_tables,
+    row_builder,
 )
 from snapshot_builder.generation import GenerationCache, SharedGeneration
 from snapshot_builder.load_state import MAX_CHUNK_ROWS, ordinal
+from snapshot_builder.read_marks import DONE, FirstClaim
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,9 @@ class Rows:
 class Done:
     worker: int
     task: int
-    rows: int  # the chunk's rows, all durable in the worker's sink
+    rows: int  # the chunk's rows, all durable in the worker's sink but the head
+    # the chunk's first row, held back: the parent writes it (read_marks.py); None: empty
+    head: ChangeEvent | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +156,9 @@ class _Reader:
 
     def __init__(self, worker: int, setup: WorkerSetup, conn: psycopg.Connection[Any],
                  sink: Sink, results: Any, halt: Any, catalog: SharedGeneration,
-                 fast: FastLoad | None = None) -> None:
+                 fast: FastLoad | None = None, first: FirstClaim | None = None) -> None:
         self.worker, self.setup, self.conn, self.sink = worker, setup, conn, sink
+        self.first = first  # who writes the load's first read (read_marks.py)
         self.fast = fast  # COPY lines straight to Kafka (sinks/loadfast.py), where it serves
         self.results, self.halt, self.catalog = results, halt, catalog
         self.parent = os.getppid()
@@ -191,18 +197,29 @@ class _Reader:
                 continue
             table = task.table.table
             rows = 0
+            head: ChangeEvent | None = None
+            checked = False  # whether the first read was claimed or written before this chunk's
             for events in chunk_batches(self.conn, task, partial(self.decoder_for, table),
                                         setup.batch_rows, setup.load_lsn, setup.generation,
                                         setup.commit_time):
                 write = self.sink.write
+                count = len(events)
+                rows += count
+                if head is None and events:  # held back (read_marks.py)
+                    head, events = events[0], events[1:]
+                if events and not checked:
+                    checked = True
+                    if self._claim_first():
+                        write(read_marks.first(events[0]))
+                        events = events[1:]
+                        self._first_written()
                 for event in events:
                     write(event)
-                rows += len(events)
                 self.sink.poll(0)
-                if events:
-                    self.results.put(Rows(self.worker, number, len(events)))
+                if count:
+                    self.results.put(Rows(self.worker, number, count))
             self._durable()
-            self.results.put(Done(self.worker, number, rows))
+            self.results.put(Done(self.worker, number, rows, head))
 
     def _fast_chunk(self, number: int, task: ChunkTask, fast: FastLoad) -> None:
         """One chunk through the compiled path: the same events, checks and reports as
@@ -211,8 +228,25 @@ class _Reader:
         base = ordinal(setup.generation, task.index, 0)
         rows = 0
         decoder = self.decoder_for(table)  # before the COPY: building one may query types
+        head: ChangeEvent | None = None
         with copy_lines(self.conn, copy_query(task)) as lines:
-            while True:
+            line = next(lines, None)  # the head: held back (read_marks.py)
+            if line is not None:
+                head = ChangeEvent(READ, table, None,
+                                   row_builder(decoder)(read_marks.copy_fields(bytes(line))),
+                                   (), setup.load_lsn, setup.load_lsn, base, 0,
+                                   setup.commit_time)
+                rows = 1
+                if self._claim_first():  # the next row may be the load's first
+                    plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time,
+                                     snapshot="first")
+                    if fast.rows(plan, lines, 1, base + rows):
+                        rows += 1
+                        self._first_written()
+                    else:
+                        self._first_missing()
+                self.results.put(Rows(self.worker, number, rows))
+            while line is not None:
                 plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time)
                 limit = min(setup.batch_rows, MAX_CHUNK_ROWS - rows)
                 taken = fast.rows(plan, lines, limit, base + rows)
@@ -227,7 +261,22 @@ class _Reader:
                         raise chunk_too_large(task)
                     break
         self._durable()
-        self.results.put(Done(self.worker, number, rows))
+        self.results.put(Done(self.worker, number, rows, head))
+
+    def _claim_first(self) -> bool:
+        """Before the first write of a chunk: True when this worker writes the load's first
+        read now (else it is durable already)."""
+        return self.first is not None and self.first.claim(self.halt)
+
+    def _first_written(self) -> None:
+        """The first read written: durable before any other worker writes (read_marks.py)."""
+        assert self.first is not None
+        self._durable()
+        self.first.done()
+
+    def _first_missing(self) -> None:
+        assert self.first is not None
+        self.first.release()
 
     def _next(self, tasks: Any) -> tuple[int, ChunkTask] | None:
         item: tuple[int, ChunkTask] | None = _wait_for(tasks, self.halt, self.parent)
@@ -248,7 +297,7 @@ class _Reader:
 
 
 def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any, results: Any,
-                halt: Any, catalog: SharedGeneration) -> None:
+                halt: Any, catalog: SharedGeneration, first: Any = None) -> None:
     """The entry point of a worker process (module level, so ``spawn`` can import it).
 
     The process starts while the parent creates the slot: it imports pgcdc and opens its
@@ -267,7 +316,8 @@ def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any,
                 lock_tables(conn, list(setup.lock))
                 results.put(Ready(worker))
                 try:
-                    _Reader(worker, setup, conn, sink, results, halt, catalog, fast).run(tasks)
+                    _Reader(worker, setup, conn, sink, results, halt, catalog, fast,
+                            None if first is None else FirstClaim(first)).run(tasks)
                 except Halted:
                     pass
         results.put(Exited(worker, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
@@ -317,10 +367,11 @@ class WorkerPool:
         self.results: Any = context.Queue()
         self.halt: Any = context.Event()
         self.catalog = SharedGeneration(context, 0)
+        self.first = FirstClaim(context.Value("i", DONE))  # read_marks.py
         self.processes: list[SpawnProcess] = [
             context.Process(target=worker_main, name=f"pgcdc-load-{i}", daemon=True,
                             args=(i, sink_factory, self.setups, self.tasks, self.results,
-                                  self.halt, self.catalog))
+                                  self.halt, self.catalog, self.first.value))
             for i in range(count)]
         self._stopped = False
         self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
@@ -333,9 +384,12 @@ class WorkerPool:
             process.start()
         return self
 
-    def configure(self, setup: WorkerSetup, catalog_generation: int) -> None:
-        """The snapshot to import and the rest of the load's setup, to every worker."""
+    def configure(self, setup: WorkerSetup, catalog_generation: int,
+                  first_due: bool = False) -> None:
+        """The snapshot to import and the rest of the load's setup, to every worker;
+        ``first_due``: this generation writes the load's first read (read_marks.py)."""
         self.catalog.bump_to(catalog_generation)
+        self.first.reset(first_due)
         for _ in self.processes:
             self.setups.put(setup)
 
@@ -363,11 +417,13 @@ class WorkerPool:
             self.tasks.put(None)
 
     def run(self, tasks: list[ChunkTask], stop: threading.Event, *,
-            on_rows: Callable[[ChunkTask, int], None], on_done: Callable[[ChunkTask, int], None],
+            on_rows: Callable[[ChunkTask, int], None],
+            on_done: Callable[[ChunkTask, int, ChangeEvent | None], None],
             on_tick: Callable[[], None]) -> None:
         """Every task through the workers, until each one ended; then the first error.
 
-        ``on_done(task, rows)`` for each chunk a worker made durable, also after an error
+        ``on_done(task, rows, head)`` for each chunk a worker made durable but its head
+        (read_marks.py), also after an error
         (the other workers are halted; what they still report done is durable);
         ``on_rows`` as rows are written; ``on_tick`` about five times a second.
         """
@@ -381,7 +437,7 @@ class WorkerPool:
                     if isinstance(message, Rows):
                         on_rows(tasks[message.task], message.rows)
                     elif isinstance(message, Done):
-                        on_done(tasks[message.task], message.rows)
+                        on_done(tasks[message.task], message.rows, message.head)
                     elif isinstance(message, Exited):
                         self.peak_rss.append(message.peak_rss)
                     elif isinstance(message, WorkerFailed):
