@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -29,8 +30,11 @@ COMPOSE = ["podman-compose", "-p", PROJECT,
            "-f", "docker/compose.yml", "-f", "docker/compose.local.yml"]
 SERVICES = ("postgres", "kafka", "pgcdc", "spark")
 
-# Run inside the Spark service's container (python - <seconds>): compares every table of the
-# catalog topic with its lake table until all are equal or the time is up, then prints them.
+# Run inside the Spark service's container (python -c CHECK <seconds> <tables>): compares
+# every table of the catalog topic with its lake table until all are equal or the time is up,
+# then prints them. Delta's cached table logs are dropped before each look: once, a session that
+# had looked at a table while the spark service created it went on reading it empty for minutes
+# (a new session read its rows).
 CHECK = """
 import json, sys, time
 import psycopg
@@ -38,15 +42,21 @@ from pgcdc.clone import compare
 from streaming import job
 from streaming.session import build_session
 
+start = time.monotonic()
 spark = build_session("pgcdc-compose-check")
+print(f"check: Spark session in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
 lake = "file:///lake/tables"
 config = job.JobConfig("kafka:9092", lake, "file:///tmp/unused", topic_prefix="pgcdc")
 deadline = time.monotonic() + float(sys.argv[1])
 while True:
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     tables = job.read_catalog(spark, config).tables()
     with psycopg.connect("host=postgres user=postgres password=postgres dbname=postgres") as conn:
         results = compare(conn, spark, lake, tables)
     done = len(results) >= int(sys.argv[2]) and all(r.equal for r in results)
+    print(f"check: {time.monotonic() - start:.1f} s:",
+          *(f"{r.table} {r.source.rows}/{r.lake.rows}" for r in results),
+          file=sys.stderr, flush=True)
     if done or time.monotonic() > deadline:
         print("RESULT " + json.dumps({r.table: [[r.source.rows, r.source.checksum],
                                                  [r.lake.rows, r.lake.checksum]]
@@ -162,15 +172,26 @@ def test_compose_up_streams_rows_into_a_lake_equal_to_the_source(stack: None) ->
           lambda: _psql("SELECT count(*) FROM pg_replication_slots "
                         "WHERE slot_name = 'pgcdc' AND active") == "1", 300)
     _phase("pgcdc streaming")
-    _psql(WORKLOAD)
-    _phase("rows written")
-
-    check = podman.run(["podman", "exec", "-i", _container("spark"), "python", "-", "600",
-                        str(len(EXPECTED_ROWS))], timeout=900, check=False, input=CHECK)
+    # the check's Spark session starts while the rows are written and applied
+    check = subprocess.Popen(["podman", "exec", _container("spark"), "python", "-c", CHECK, "600",
+                              str(len(EXPECTED_ROWS))], cwd=podman.ROOT, env=podman.environ(),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        _psql(WORKLOAD)
+        _phase("rows written")
+        stdout, stderr = check.communicate(timeout=900)
+    finally:
+        if check.poll() is None:
+            check.kill()
+            check.wait()
     _phase("lake checked")
-    lines = [line for line in check.stdout.splitlines() if line.startswith("RESULT ")]
+    for line in stderr.splitlines():
+        if line.startswith("check: "):
+            _phase(line)
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert check.returncode == 0 and lines, \
-        f"the lake check failed ({check.returncode}):\n{check.stdout}{check.stderr}\n{_logs()}"
+        f"the lake check failed ({check.returncode}):\n{stdout}{stderr}\n{_logs()}"
     results = json.loads(lines[-1].removeprefix("RESULT "))
     assert {table: source[0] for table, (source, _lake) in results.items()} == EXPECTED_ROWS
     unequal = {table: sides for table, sides in results.items() if sides[0] != sides[1]}
