@@ -512,7 +512,8 @@ def _batch_stats(latest: Any, spec: TableSpec) -> _Stats:
     if ranged:
         assert column is not None
         name = quote(column.name)
-        exprs += [f"count({name}) AS k", f"min({name}) AS lo", f"max({name}) AS hi"]
+        value = f"unix_date({name})" if column.spark_type == "date" else name  # see _sql_value
+        exprs += [f"count({name}) AS k", f"min({value}) AS lo", f"max({value}) AS hi"]
     row = latest.selectExpr(*exprs).collect()[0]
     bounds = None
     if ranged and row["k"] == row["n"] and row["n"] > 0:
@@ -561,8 +562,15 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
         "after", "before").selectExpr(
         "oid", "coalesce(after[_name], before[_name]) AS k", "before[_name] AS b")
     aggregates = ["count(*) AS n"]
+    # a date key as the apply reads it (a BC date, a year past 9999: ColumnSpec.cast), in
+    # days since 1970 (see _sql_value); only for tables keyed by a date, where it converts
+    dated = ", ".join(str(oid) for oid, (kind, _) in chosen.items() if kind == "d") or "NULL"
+    as_date = ColumnSpec("k", "date", -1, True)
     for kind, spark_type in (("i", "bigint"), ("s", "string"), ("d", "date")):
         key, old = f"try_cast(k AS {spark_type})", f"try_cast(b AS {spark_type})"
+        if kind == "d":
+            key, old = (f"CASE WHEN oid IN ({dated}) THEN unix_date({as_date.cast(t)}) END"
+                        for t in ("k", "b"))
         aggregates += [f"count_if({key} IS NULL) AS z{kind}",
                        f"min(least({key}, {old})) AS lo{kind}",
                        f"max(greatest({key}, {old})) AS hi{kind}"]
@@ -576,10 +584,13 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
 
 
 def _sql_value(value: Any, spark_type: str) -> str:
+    """A literal of ``value`` collected from a column of ``spark_type``; a date is collected
+    as its days since 1970 (``unix_date``): Python's dates end at year 9999 and begin at 1,
+    PostgreSQL's and Spark's do not."""
     if spark_type == "string":
         return _literal(str(value))
     if spark_type == "date":
-        return f"DATE '{value.isoformat()}'"
+        return f"date_from_unix_date({int(value)})"
     if spark_type.startswith("decimal"):
         return f"CAST('{value}' AS {spark_type})"
     return str(int(value))
