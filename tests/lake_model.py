@@ -62,6 +62,9 @@ TYPES: dict[str, tuple[str, str, str]] = {
     "text": ("'t' || ({g})", "'d'", "md5(random()::text)"),
     "numeric(10,2)": ("({g})::numeric / 4", "4.25", "(random() * 100)::numeric(10,2)"),
     "boolean": ("({g}) % 2 = 0", "true", "random() < 0.5"),
+    "date": ("date '2000-01-01' + ({g})", "'2020-02-02'", "current_date - (random() * 999)::int"),
+    "timestamptz": ("timestamptz '2000-01-01 00:00:00+00' + ({g}) * interval '61.5 seconds'",
+                    "'2020-02-02 10:00:00+00'", "now() - random() * interval '999 days'"),
     # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
     # composite that gains attributes ({extra}: a NULL for each one added)
     "mood": ("(enum_range(NULL::mood))[1 + abs({g}) % cardinality(enum_range(NULL::mood))]",
