@@ -126,6 +126,11 @@ class KafkaSinkError(TerminalError):
     pass
 
 
+def _keyless(table: TableVersion) -> bool:
+    """A table whose rows are a multiset in the lake (streaming/multiset.py ``keyless``)."""
+    return table.replica_identity == "f" or not table.key_columns
+
+
 def topic_name(prefix: str, schema: str, table: str) -> str:
     """The topic of a table's changes: one table, one topic, whatever its name.
 
@@ -236,6 +241,7 @@ class KafkaSink:
         self._on_delivery: Callable[[KafkaError | None, object], None] | None = None
         self._on_delivery_handle: object = None
         self._topics: set[str] = set()
+        self._partitions: dict[str, int] = {}  # partitions of the topics known, by name
         self._published: set[tuple[int, str]] = set()
         # versions whose publication failed (a delivery error: the pipeline retried), with
         # their LSN: published before their first event
@@ -278,7 +284,11 @@ class KafkaSink:
             raise KafkaSinkError(msg)
         if isinstance(self.encoder, RegistryAvroEncoder):  # ids before anything names them
             self.encoder.register(table, topic)
-        self._table_topics[table.oid] = self._ensure_topic(topic, partitions=self.partitions)
+        if _keyless(table):  # its changes in one partition, in order (streaming/multiset.py)
+            self._table_topics[table.oid] = self._ensure_topic(topic, partitions=1)
+            self._check_one_partition(topic, table)
+        else:
+            self._table_topics[table.oid] = self._ensure_topic(topic, partitions=self.partitions)
         self._routes.clear()  # a table's topic may have changed (a rename)
         value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
                      value_format=self.encoder.format, **self.encoder.schemas(table))
@@ -489,6 +499,28 @@ class KafkaSink:
         except KafkaException as exc:
             raise KafkaUnreachableError(self.bootstrap_servers, str(exc.args[0])) from exc
 
+    def _check_one_partition(self, topic: str, table: TableVersion) -> None:
+        """A keyless table's topic (maybe made by hand, or when the table had a key) must
+        have one partition: the Spark job applies its changes as a multiset, in order."""
+        count = self._partitions.get(topic)
+        if count is None:
+            try:
+                found = self._admin.list_topics(topic, timeout=self.request_timeout)
+            except KafkaException as exc:
+                raise KafkaUnreachableError(self.bootstrap_servers, str(exc.args[0])) from exc
+            metadata = found.topics.get(topic)
+            count = 0 if metadata is None or metadata.error else len(metadata.partitions)
+            if count:
+                self._partitions[topic] = count
+        if count > 1:
+            msg = (f"topic {topic} of table {_quoted(table.schema, table.name)} has {count} "
+                   "partitions, and the table has no key (REPLICA IDENTITY FULL or no key "
+                   "column): its changes must stay in one partition, in order, for the lake "
+                   "to apply them as a multiset. Give the table a primary key (ALTER TABLE "
+                   "... ADD PRIMARY KEY; REPLICA IDENTITY DEFAULT), or delete the topic: "
+                   "pgcdc creates a keyless table's topic with one partition")
+            raise KafkaSinkError(msg)
+
     def _ensure_topic(self, name: str, *, partitions: int, compact: bool = False) -> str:
         if name in self._topics:
             return name
@@ -516,6 +548,7 @@ class KafkaSink:
             if self._wait(f"creating topic {name}", step):
                 future.cancel()
                 raise DeliveryError(silent)
+            self._partitions[name] = partitions  # made now, as asked
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:

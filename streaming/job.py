@@ -33,6 +33,7 @@ from typing import Any
 
 from pgcdc.errors import ConfigError
 from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern
+from streaming import multiset
 from streaming.apply import APPLY_THREADS, Steps, apply_batch
 from streaming.catalog import LakeCatalog, replay
 from streaming.compaction import compact
@@ -147,6 +148,33 @@ def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
     return LakeCatalog(CatalogLog(specs), history, prefix=config.topic_prefix)
 
 
+def topic_partitions(spark: Any, config: JobConfig) -> dict[str, int]:
+    """Every topic's number of partitions, from Kafka's metadata, through the Kafka client
+    of Spark's connector (on the driver, with the query's own Kafka options)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - the connector's Kafka client
+    properties = jvm.java.util.Properties()
+    properties.setProperty("bootstrap.servers", config.bootstrap_servers)
+    for key, value in (config.kafka_options or {}).items():
+        properties.setProperty(key, value)
+    bytes_ = jvm.org.apache.kafka.common.serialization.ByteArrayDeserializer
+    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties, bytes_(),
+                                                                   bytes_())
+    try:
+        listing = consumer.listTopics(jvm.java.time.Duration.ofSeconds(60))
+        return {str(topic): int(listing.get(topic).size()) for topic in listing.keySet()}
+    finally:
+        consumer.close()
+
+
+def check_keyless_topics(spark: Any, config: JobConfig, catalog: LakeCatalog) -> None:
+    """Stop before applying anything of a keyless table whose topic has more than one
+    partition (streaming/multiset.py :func:`~streaming.multiset.check_one_partition`)."""
+    keyless = [spec for spec in catalog.tables() if multiset.keyless(spec)]
+    if keyless:
+        multiset.check_one_partition(keyless, topic_partitions(spark, config),
+                                     config.topic_prefix)
+
+
 def app_id(config: JobConfig) -> str:
     """The Delta idempotent-write application id: stable for one checkpoint."""
     return "pgcdc-" + hashlib.sha256(config.checkpoint.encode()).hexdigest()[:16]
@@ -174,7 +202,9 @@ def start(spark: Any, config: JobConfig,
     for key, value in (config.kafka_options or {}).items():
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
-    cached: list[tuple[float, LakeCatalog]] = []
+    catalog = read_catalog(spark, config)
+    check_keyless_topics(spark, config, catalog)  # at the start: a clear error, no query
+    cached: list[tuple[float, LakeCatalog]] = [(time.monotonic(), catalog)]
     first = [True]  # the first batch of this run may be one a checkpoint planned
     touched: set[str] = set()  # tables written since the last compaction
 
@@ -186,7 +216,9 @@ def start(spark: Any, config: JobConfig,
         now = time.monotonic()
         if not cached or not versions or now - cached[0][0] >= config.catalog_refresh \
                 or any(cached[0][1].by_version(v) is None for v in versions):
-            cached[:] = [(now, read_catalog(spark, config))]
+            catalog = read_catalog(spark, config)
+            check_keyless_topics(spark, config, catalog)  # before any of their changes
+            cached[:] = [(now, catalog)]
         return cached[0][1]
 
     def each_batch(batch: Any, batch_id: int) -> None:

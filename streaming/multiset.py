@@ -41,7 +41,11 @@ How a micro-batch is applied (:func:`apply_multiset`; :func:`net_changes` and
    applied by another query) is left out.
 
 The watermark needs a table's changes totally ordered in Kafka by (commit_lsn, ordinal):
-one partition per table topic, the default (``KafkaSink(partitions=1)``).  Reads (op ``r``,
+one partition per table topic.  ``pgcdc run`` creates a keyless table's topic with one
+partition whatever ``partitions`` says, and refuses a topic of more; the Spark job checks
+every keyless table's topic when it reads the catalog and stops with
+:class:`KeylessPartitionsError` rather than apply its changes out of order
+(:func:`check_one_partition`).  Reads (op ``r``,
 the initial load) arrive from several load workers in any order, so they do not advance it;
 they all precede every streamed change, so a read at or below it is a duplicate too, and
 the first reads of a table that no change precedes are the load's (their commit LSN is kept
@@ -62,11 +66,13 @@ old row is the key alone) matches no content and changes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from pgcdc.errors import TerminalError
+from sinks.kafka import topic_name
 from streaming.apply import (
     Steps,
     _append_changelog,
@@ -216,6 +222,29 @@ def occurrence_plan(stored: Sequence[int | None],
 
 class MultisetError(Exception):
     """An event of a keyless table that does not say which row it changed."""
+
+
+class KeylessPartitionsError(TerminalError):
+    """A keyless table's topic has more than one partition: its changes are not ordered."""
+
+
+def check_one_partition(tables: Iterable[TableSpec], partitions: Mapping[str, int],
+                        prefix: str) -> None:
+    """Raise :class:`KeylessPartitionsError` naming every keyless table whose topic (under
+    ``prefix``) has more than one partition, as ``partitions`` (topic -> count) says."""
+    wrong = sorted((topic, spec.qualified_name, partitions[topic]) for spec in tables
+                   if keyless(spec)
+                   and partitions.get(topic := topic_name(prefix, spec.schema, spec.name), 1) > 1)
+    if not wrong:
+        return
+    named = "; ".join(f"topic {topic} of table {table} has {count} partitions"
+                      for topic, table, count in wrong)
+    msg = (f"{named}: a keyless table (REPLICA IDENTITY FULL or no key) is applied as a "
+           "multiset, which needs its changes in one partition, in order; nothing of it was "
+           "applied. Fix: give the table a primary key (ALTER TABLE ... ADD PRIMARY KEY; "
+           "REPLICA IDENTITY DEFAULT), or delete the topic and let pgcdc run create it again "
+           "with one partition, reloading the table (docs/types.md, Keyless tables)")
+    raise KeylessPartitionsError(msg)
 
 
 # --- the same on Spark ---------------------------------------------------------------
