@@ -251,6 +251,13 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
     again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
     assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
     assert {e["source"]["commit_lsn"] for e in reads} == {crashed.consistent_point - 1}
+    # the snapshot marks across the crash (read_marks.py): the first generation's "first"
+    # was durable before its chunks were done, so the resumed one writes none; only the
+    # generation that completes writes "last"
+    marked = {mark: [_generation(e) for e in reads if e["source"]["snapshot"] == mark]
+              for mark in ("first", "last")}
+    assert marked == {"first": [0], "last": [1]}
+    assert {e["source"]["snapshot"] for e in reads} == {"first", "true", "last"}
 
 
 def _workers(pid: int) -> list[int]:
