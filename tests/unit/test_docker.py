@@ -1,4 +1,5 @@
-"""docker/: what can be checked without a Docker engine (this machine has none).
+"""docker/: what can be checked without a container engine (tests/integration/test_compose.py
+brings the stack up for real with podman: ``make compose-test``).
 
 The Dockerfile copies and builds everything pyproject.toml and setup.py name; the compose
 file's pgcdc and Spark commands parse and their environment validates through pgcdc's own
