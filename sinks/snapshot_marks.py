@@ -9,6 +9,9 @@ same event, of a subclass that says its mark, so every other event costs nothing
 compiled encoders leave an event of a subclass of :class:`~decoder.change.ChangeEvent` to
 their Python path, which asks :func:`snapshot_of`).
 
+An incremental snapshot's reads say ``"incremental"``, as Debezium's do
+(:class:`IncrementalRead`).
+
 Debezium 3 also marks each table's first and last record ``first_in_data_collection`` and
 ``last_in_data_collection``; pgcdc does not (docs/types.md): those records say ``"true"``.
 """
@@ -35,6 +38,14 @@ class FirstRead(MarkedRead):
 class LastRead(MarkedRead):
     __slots__ = ()
     snapshot: ClassVar[str] = "last"
+
+
+class IncrementalRead(MarkedRead):
+    """A read of an incremental snapshot (snapshot_builder/incremental.py), as Debezium marks
+    the reads of its incremental snapshots."""
+
+    __slots__ = ()
+    snapshot: ClassVar[str] = "incremental"
 
 
 def mark(event: ChangeEvent, kind: type[MarkedRead]) -> ChangeEvent:

@@ -60,6 +60,7 @@ from decoder.replication import SESSION_OPTIONS, now_pg_micros
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from sinks.sink import Sink
+from sinks.snapshot_marks import IncrementalRead
 from snapshot_builder import ddl
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.published import PublishedTable, fetch_published_tables
@@ -407,8 +408,8 @@ class IncrementalSnapshots:
                 if superseded.get(key):  # the stream's update lacks a TOASTed value
                     again.append(chunk.texts[row_number])
                 continue
-            self.sink.write(ChangeEvent(READ, table, None, row, (), position, position,
-                                        row_number, 0, chunk.commit_time))
+            self.sink.write(IncrementalRead(READ, table, None, row, (), position, position,
+                                            row_number, 0, chunk.commit_time))
             written += 1
         self.sink.end_transaction(chunk.high)
         self._changed.forget_seen(chunk.snapshot)
@@ -435,8 +436,8 @@ class IncrementalSnapshots:
             self.sink.write(ChangeEvent(TRUNCATE, table, None, None, (), position, position,
                                         0, 0, chunk.commit_time))
             for row_number, row in enumerate(chunk.rows, 1):
-                self.sink.write(ChangeEvent(READ, table, None, row, (), position, position,
-                                            row_number, 0, chunk.commit_time))
+                self.sink.write(IncrementalRead(READ, table, None, row, (), position,
+                                                position, row_number, 0, chunk.commit_time))
         self.sink.end_transaction(chunk.high)
         self._changed.forget_seen(chunk.snapshot)
         if not chunk.emitted:

@@ -17,13 +17,20 @@ from decoder.change import READ, ChangeEvent
 from sinks.avro import AvroEncoder, value_schema
 from sinks.debezium_json import JsonOptions
 from sinks.envelope import JsonEncoder
-from sinks.snapshot_marks import FirstRead, LastRead, MarkedRead, mark, snapshot_of
+from sinks.snapshot_marks import (
+    FirstRead,
+    IncrementalRead,
+    LastRead,
+    MarkedRead,
+    mark,
+    snapshot_of,
+)
 from snapshot_builder.read_marks import copy_fields
 from tests.unit.test_debezium_json import ROW, TABLE
 
 READ_EVENT = ChangeEvent(READ, TABLE, None, ROW, (), 90, 90, 7, 0, 700_000_000)
 CASES = [(READ_EVENT, "true"), (mark(READ_EVENT, FirstRead), "first"),
-         (mark(READ_EVENT, LastRead), "last"),
+         (mark(READ_EVENT, LastRead), "last"), (mark(READ_EVENT, IncrementalRead), "incremental"),
          (READ_EVENT._replace(op="c", xid=725), "false")]
 
 
