@@ -65,10 +65,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ran: list[int] = []  # each program run: its statements (a failure ends a batch)
             original = bound.teardown
 
+            failed: list[list[str]] = []  # the first failing program's statements
+
             def teardown(self: LakeModel) -> None:  # keeps the last program for its SQL
                 last[:] = [self]
                 ran.append(sum(s not in (CAPTURE, APPLY) for s in self.program.statements))
-                original(self)
+                try:
+                    original(self)
+                except BaseException:
+                    if not failed:  # not a replay's: hypothesis may not reproduce it
+                        failed.append(list(self.program.statements))
+                    raise
 
             bound.teardown = teardown  # type: ignore[method-assign]
             for batch in range(0, args.programs, args.batch):
@@ -79,7 +86,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     run_state_machine_as_test(bound, settings=model_settings(
                         count, args.steps, shrink=args.shrink, derandomize=False))
                 except Exception as exc:  # a program failed: keep it, go on with the next
-                    statements = last[0].program.statements if last else []
+                    statements = failed[0] if failed else \
+                        last[0].program.statements if last else []
+                    failed.clear()
+                    # a failure hypothesis could not reproduce (a kill's timing differs on
+                    # the replay) wraps the first error: keep its text, the one that matters
+                    firsts = getattr(exc, "exceptions", ())
+                    if firsts:
+                        exc = Exception(f"{exc} -- first: {firsts[0]}")
                     failures.append({"seed": seed, "error": str(exc).splitlines()[0][:500],
                                      "statements": len(statements)})
                     if args.failures is not None:
