@@ -144,8 +144,12 @@ def _canonical(row: tuple[Any, ...], json_at: list[bool]) -> CanonicalRow:
                                                                           strict=True))
 
 
-def source_rows(conn: psycopg.Connection[Any], spec: TableSpec) -> list[CanonicalRow]:
-    json_valued = _json_valued(conn, spec)
+def source_rows(conn: psycopg.Connection[Any], spec: TableSpec,
+                json_valued: set[str] | None = None) -> list[CanonicalRow]:
+    """The source table's rows; ``json_valued``: its composite and array columns, if the
+    caller looked them up already."""
+    if json_valued is None:
+        json_valued = _json_valued(conn, spec)
     json_at = [c.name in json_valued for c in spec.columns]
     query = sql.SQL("SELECT {} FROM {}").format(
         sql.SQL(", ").join(_source_expr(c, j) for c, j in zip(spec.columns, json_at,
@@ -171,8 +175,10 @@ def lake_rows(spark: Any, lake: str, spec: TableSpec,
 
 def compare(conn: psycopg.Connection[Any], spark: Any, lake: str,
             specs: list[TableSpec]) -> list[TableComparison]:
-    return [
-        TableComparison(spec.qualified_name, digest(source_rows(conn, spec)),
-                        digest(lake_rows(spark, lake, spec, _json_valued(conn, spec))))
-        for spec in specs
-    ]
+    results = []
+    for spec in specs:
+        json_valued = _json_valued(conn, spec)  # one look-up for both sides
+        results.append(TableComparison(
+            spec.qualified_name, digest(source_rows(conn, spec, json_valued)),
+            digest(lake_rows(spark, lake, spec, json_valued))))
+    return results

@@ -153,7 +153,8 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
     changed = False
     identities = _identities(spec)
     properties = table_properties(spark, path)
-    known = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
+    stored = json.loads(properties.get(COLUMNS_PROPERTY, "{}"))
+    known = dict(stored)
     gone = _dropped(spec, present, known, {n for n, _ in columns})
     if gone:
         present = _drop(spark, target, present, gone, properties, keep=keep_dropped,
@@ -165,7 +166,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         changed = renamed != present
         present = renamed
         merged = dict(known, **identities)
-        if merged != json.loads(properties.get(COLUMNS_PROPERTY, "{}")):
+        if merged != stored:
             update = {COLUMNS_PROPERTY: json.dumps(merged, sort_keys=True)}
             spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(update)})")
             properties.update(update)
@@ -201,8 +202,7 @@ def _dropped(spec: TableSpec, present: dict[str, str], known: dict[str, str],
     identities = _identities(spec)
     if identities and known:
         return {name for attnum, name in known.items()
-                if attnum not in identities and name in present
-                and not (name in wanted and name not in identities.values())}
+                if attnum not in identities and name in present}
     return {name for name in present if name not in wanted} if not identities else set()
 
 

@@ -144,7 +144,7 @@ def _healthy(service: str) -> bool:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[None]:
     reason = podman.cannot_run_containers()
-    if reason is not None:
+    if reason is not None:  # no container runtime on this machine at all: nothing to test
         pytest.skip(reason)
     if shutil.which("podman-compose") is None:
         pytest.fail("podman-compose is not installed: pip install podman-compose "

@@ -159,6 +159,8 @@ def test_records_are_the_avro_bytes_behind_the_magic_byte_and_schema_id(compiled
 def test_the_initial_loads_compiled_path_writes_the_same_framed_bytes() -> None:
     loadfast = pytest.importorskip("sinks.loadfast")
     if loadfast._loadfast is None or loadfast.librdkafka_path() is None:  # noqa: SLF001
+        # an optional compiled path (setup.py builds it only where a C compiler and
+        # librdkafka are found); the Python path's framing is tested above regardless
         pytest.skip("sinks._loadfast is not built (no C compiler) or no librdkafka")
     from decoder.change import READ, RowDecoder
     from decoder.values import TypeRegistry
