@@ -49,6 +49,7 @@ import struct
 from math import prod
 from typing import Any, Final
 
+from core.errors import TerminalError
 from decoder import values as v
 from decoder.binary_scalars import SCALARS, BinaryDecoder, cut, done, i32_at
 from decoder.binary_text_search import TEXT_SEARCH
@@ -56,7 +57,6 @@ from decoder.binary_time import TIMES
 from decoder.extensions import parse_ewkb
 from decoder.tuples import CompiledBinaryDecoder
 from decoder.values import EMPTY_RANGE, Range, TypeRegistry
-from pgcdc.errors import TerminalError
 
 __all__ = ["EXTENSIONS", "BinaryDecoder", "BinaryDecoders", "BinaryFormatError", "decoder_for"]
 

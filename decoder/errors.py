@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgcdc.errors import ConfigError, PgcdcError, TerminalError, TransientError
+from core.errors import ConfigError, PgcdcError, TerminalError, TransientError
 
 
 class DecodeError(TerminalError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgcdc.errors import ConfigError
+from core.errors import ConfigError
 
 
 def format_lsn(lsn: int) -> str:

@@ -18,9 +18,9 @@ from typing import Any, Final, Literal
 
 import psycopg
 
+from core.errors import TerminalError
 from decoder.binary import BinaryDecoders
 from decoder.types import load_types
-from pgcdc.errors import TerminalError
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgcdc import failpoints
-from pgcdc.errors import TerminalError
+from core import failpoints
+from core.errors import TerminalError
 from pgcdc.progress import ProgressStore, StoredProgress
 from sinks.sink import Sink
 

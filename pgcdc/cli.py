@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg import conninfo
 
+from core.errors import ConfigError, PgcdcError, TransientError
 from pgcdc.config import Settings, load_settings, redact_dsn
-from pgcdc.errors import ConfigError, PgcdcError, TransientError
 from pgcdc.start_checks import PrivilegeError
 
 if TYPE_CHECKING:

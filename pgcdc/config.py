@@ -41,8 +41,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from core.errors import ConfigError
 from decoder.names import TableNameError, parse_table_name, split_table_list
-from pgcdc.errors import ConfigError
 
 if TYPE_CHECKING:
     from sinks.debezium_json import JsonOptions

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psycopg
 
+from core import failpoints
+from core.errors import PgcdcError, TerminalError, TransientError
 from decoder import pgoutput as pg
 from decoder.change import (
     TRUNCATE,
@@ -45,10 +47,8 @@ from decoder.slot import (
 )
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.transfer import choose_binary
-from pgcdc import failpoints
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
-from pgcdc.errors import PgcdcError, TerminalError, TransientError
 from pgcdc.memory import Trimmer
 from pgcdc.progress import ProgressStore, check_against_slot
 from pgcdc.restart import StateFiles, start_over

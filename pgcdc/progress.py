@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
+from core.errors import TerminalError
 from decoder.lsn import format_lsn
 from decoder.slot import SlotInfo
-from pgcdc.errors import TerminalError
 from pgcdc.restart import StateFiles, start_over
 
 

@@ -14,8 +14,8 @@ import logging
 
 import psycopg
 
+from core.errors import TerminalError
 from decoder.slot import check_identity, check_wal_level, ensure_publication
-from pgcdc.errors import TerminalError
 from snapshot_builder import ddl
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Protocol, runtime_checkable
 
-from pgcdc.errors import TransientError
+from core.errors import TransientError
 
 
 @runtime_checkable

@@ -37,10 +37,10 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from core import failpoints
+from core.errors import ConfigError, TerminalError, TransientError
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
-from pgcdc import failpoints
-from pgcdc.errors import ConfigError, TerminalError, TransientError
 from sinks.acks import AckTracker, DeliveryError
 from sinks.avro import AvroEncoder
 from sinks.debezium_json import PGCDC_JSON, JsonOptions

@@ -59,10 +59,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from core.errors import TerminalError
 from decoder.change import READ, ChangeEvent
 from decoder.lsn import format_lsn
 from decoder.pgoutput import LogicalMessage
-from pgcdc.errors import TerminalError
 from sinks.acks import AckTracker, DeliveryError
 from sinks.kafka import KafkaSink
 

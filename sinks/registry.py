@@ -44,8 +44,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError, TerminalError
 from decoder.change import ChangeEvent
-from pgcdc.errors import ConfigError, TerminalError
 from sinks.acks import DeliveryError
 from sinks.avro import AvroEncoder
 from snapshot_builder.catalog import TableVersion

@@ -56,9 +56,9 @@ from typing import Any, Final
 
 import psycopg
 
+from core.errors import TerminalError
 from decoder.lsn import parse_lsn
 from decoder.pgoutput import Relation, Type
-from pgcdc.errors import TerminalError
 from snapshot_builder.catalog import RelationCatalog, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.ddl import (

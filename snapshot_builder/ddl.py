@@ -52,7 +52,7 @@ from typing import Any, Final
 import psycopg
 import psycopg.sql
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from snapshot_builder.catalog import TableVersion, published_columns, table_from_dict
 from snapshot_builder.datatype import TypeVersion, type_from_dict
 from snapshot_builder.history import Change, DropTable, DropType, PutTable, PutType

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from snapshot_builder.catalog import Column, TableVersion, VersionMismatchError, table_from_dict
 from snapshot_builder.datatype import TypeVersion, builtin_type, type_from_dict
 

@@ -79,6 +79,8 @@ from pathlib import Path
 
 import psycopg
 
+from core import failpoints
+from core.errors import TerminalError, TransientError
 from decoder.change import ChangeEvent, RowDecoder
 from decoder.errors import SlotInUseError
 from decoder.replication import (
@@ -97,8 +99,6 @@ from decoder.slot import (
 )
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc import failpoints
-from pgcdc.errors import TerminalError, TransientError
 from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
 from pgcdc.restart import StateFiles, start_over
 from sinks.sink import Sink

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 
 FORMAT: Final = 1
 

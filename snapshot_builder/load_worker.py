@@ -51,10 +51,10 @@ from typing import Any
 
 import psycopg
 
+from core.errors import TerminalError, TransientError
 from decoder.change import READ, ChangeEvent, RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc.errors import TerminalError, TransientError
 from sinks.loadfast import FastLoad, copy_lines
 from sinks.sink import Sink
 from snapshot_builder import read_marks

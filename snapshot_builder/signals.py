@@ -20,7 +20,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 
 log = logging.getLogger(__name__)
 

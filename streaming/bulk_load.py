@@ -62,10 +62,10 @@ from typing import Any
 
 import psycopg
 
+from core.errors import TerminalError, TransientError
 from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc.errors import TerminalError, TransientError
 from sinks.avro import field_name
 from sinks.envelope import text_of
 from sinks.kafka import topic_name

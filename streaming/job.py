@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgcdc.errors import ConfigError
+from core.errors import ConfigError
 from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern
 from streaming import multiset
 from streaming.apply import APPLY_THREADS, Steps, apply_batch

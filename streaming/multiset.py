@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from sinks.kafka import topic_name
 from streaming.apply import (
     Steps,

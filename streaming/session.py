@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pgcdc.errors import JavaMissingError
+from core.errors import JavaMissingError
 from pgcdc.services import maven
 from pgcdc.services.kafka import java_binary
 

@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pgcdc.errors import JavaMissingError, TerminalError
+from core.errors import JavaMissingError, TerminalError
 from pgcdc.services import maven
 from pgcdc.services.ports import free_port, wait_for_port
 from pgcdc.services.process import LocalProcess

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 
 log = logging.getLogger(__name__)
 

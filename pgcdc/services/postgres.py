@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from pgcdc.services import maven
 from pgcdc.services.ports import free_port
 

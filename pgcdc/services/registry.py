@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from pgcdc.services import maven
 from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port, wait_for_port

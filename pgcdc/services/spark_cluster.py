@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from pgcdc.errors import TerminalError
+from core.errors import TerminalError
 from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port, wait_for_port
 

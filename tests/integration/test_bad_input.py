@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from core.errors import ConfigError, JavaMissingError
 from decoder.errors import (
     MissingIdentityError,
     PublicationMissingError,
@@ -15,7 +16,6 @@ from decoder.errors import (
     SlotInvalidatedError,
     WalLevelError,
 )
-from pgcdc.errors import ConfigError, JavaMissingError
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc import failpoints
+from core import failpoints
 from sinks.kafka import topic_name
 from tests.oracle import PgcdcProcess, Writer, read_topic, verify
 

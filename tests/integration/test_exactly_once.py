@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
+from core import failpoints
 from decoder.slot import current_wal_lsn, slot_info
-from pgcdc import failpoints
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import topic_name
 from sinks.kafka_txn import (

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.errors import ConfigError
 from decoder.lsn import parse_lsn
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.config import load_settings
-from pgcdc.errors import ConfigError
 from pgcdc.metrics import render
 from pgcdc.pipeline import Pipeline, PipelineConfig, Progress
 from pgcdc.services.postgres import PostgresServer

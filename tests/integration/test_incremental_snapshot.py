@@ -465,7 +465,7 @@ def test_an_interrupted_initial_load_is_completed_while_streaming(
     import subprocess
     import sys
 
-    from pgcdc import failpoints
+    from core import failpoints
     from snapshot_builder.load_state import LoadStateStore
     from tests.oracle import PgcdcProcess, read_topic
 

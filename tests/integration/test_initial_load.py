@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from core import failpoints
 from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn, slot_info
-from pgcdc import failpoints
 from pgcdc.cli import EXIT_TRANSIENT
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, topic_name

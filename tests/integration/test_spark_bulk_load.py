@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.failpoints import EXIT_CODE
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.clone import compare
-from pgcdc.failpoints import EXIT_CODE
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
 from snapshot_builder.initial_load import LoadConfig

@@ -21,12 +21,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.types.numeric import DecimalBinaryDumper
 
+from core.errors import ConfigError
 from decoder import binary, tuples
 from decoder import values as v
 from decoder.binary import BinaryDecoders, BinaryFormatError, decoder_for
 from decoder.values import EMPTY_RANGE, Box, Interval, Path, Point, Range, TypeRegistry
 from pgcdc.config import load_settings
-from pgcdc.errors import ConfigError
 
 
 def _decode(oid: int, raw: bytes) -> Any:

@@ -142,8 +142,8 @@ def test_versions_stored_before_attnums_counted_stay_readable() -> None:
 
 def test_catalog_history_prints_lsns_that_show_accepts(tmp_path: Path) -> None:
     """One LSN format everywhere (PostgreSQL's X/Y); the bare 64-bit form is read too."""
+    from core.errors import ConfigError
     from decoder.lsn import format_lsn, parse_lsn
-    from pgcdc.errors import ConfigError
 
     shutil.copytree(Path(__file__).parent.parent / "golden" / "catalog_v2", tmp_path / "g")
     history = HistoryFile(tmp_path / "g").load(read_only=True)

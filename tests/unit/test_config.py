@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from core.errors import ConfigError
 from pgcdc import cli
 from pgcdc.config import load_settings, redact_dsn
-from pgcdc.errors import ConfigError
 
 DSN = "host=db user=cdc dbname=app"
 

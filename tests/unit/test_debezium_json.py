@@ -257,9 +257,9 @@ def test_time_precision_modes() -> None:
 
 
 def test_cli_options_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.errors import ConfigError
     from pgcdc.cli import _parser
     from pgcdc.config import load_settings
-    from pgcdc.errors import ConfigError
 
     args = _parser().parse_args(["run", "--dsn", "host=db dbname=app", "--format", "json",
                                  "--decimal-handling-mode", "string",

@@ -59,7 +59,7 @@ def test_a_halt_stops_the_next_batch() -> None:
 
 
 def test_an_error_that_does_not_pickle_keeps_its_text_and_its_kind() -> None:
-    from pgcdc.errors import TerminalError, TransientError
+    from core.errors import TerminalError, TransientError
     from sinks.kafka import KafkaUnreachableError
     from snapshot_builder.load_worker import _portable
 

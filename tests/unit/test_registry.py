@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from core.errors import ConfigError, TerminalError
 from decoder.change import ChangeEvent
 from pgcdc.config import load_settings
-from pgcdc.errors import ConfigError, TerminalError
 from pgcdc.services.ports import free_port
 from sinks.acks import DeliveryError
 from sinks.avro import COMPILED_ENCODER, AvroEncoder

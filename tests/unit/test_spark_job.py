@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgcdc.errors import ConfigError
+from core.errors import ConfigError
 from streaming.compaction import companions
 from streaming.job import JobConfig
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigError
 from decoder.names import TableNameError, format_table_name, parse_table_name, split_table_list
 from pgcdc import cli
 from pgcdc.config import load_settings
-from pgcdc.errors import ConfigError
 
 DSN = "host=db user=cdc dbname=app"
 
