@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pgcdc.restart import StateFiles
     from pgcdc.status_line import StatusLine
     from sinks.sink import Sink
+    from sinks.avro_logical import LogicalTypes
     from snapshot_builder.incremental import IncrementalSnapshots
 
 EXIT_DIFFERS = 1
@@ -297,6 +298,11 @@ def _sink_options(parser: argparse.ArgumentParser) -> None:
                         help="--format json's values: Debezium's encodings under the four "
                              "options below (default), or pgcdc's own ISO strings (the JSON "
                              "pgcdc's Spark job reads)")
+    parser.add_argument("--avro-types", choices=["text", "logical"],
+                        help="--format avro's column types: text (default: every type Avro "
+                             "has no primitive for is a string) or logical (typed Avro: "
+                             "decimal, date, timestamp-micros, uuid, arrays, records for "
+                             "composites and ranges; docs/types.md)")
     parser.add_argument("--decimal-handling-mode", choices=["precise", "double", "string"],
                         help="numeric and money in JSON, as Debezium's decimal.handling.mode "
                              "(default precise)")
@@ -703,6 +709,15 @@ def _sql_table_name(name: str) -> str:
                     else '"' + part.replace('"', '""') + '"' for part in parts)
 
 
+def _logical_types(settings: Settings) -> LogicalTypes | None:
+    """Typed Avro's types (``--avro-types logical``); None for ``--avro-types text``."""
+    if settings.sink.avro_types != "logical":
+        return None
+    from sinks.avro_logical import LogicalTypes
+
+    return LogicalTypes.reading(settings.source.conninfo())
+
+
 def _sink(settings: Settings) -> Sink:
     sink: Sink
     cfg = settings.sink
@@ -726,7 +741,8 @@ def _sink(settings: Settings) -> Sink:
                     commit_interval_ms=cfg.commit_interval_ms, commit_events=cfg.commit_events,
                     value_format=cfg.format, tombstones=cfg.tombstones,
                     transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config(),
-                    json_options=json_options, schema_registry=cfg.schema_registry())
+                    json_options=json_options, schema_registry=cfg.schema_registry(),
+                    logical=_logical_types(settings))
             except KafkaException as exc:  # librdkafka refused a property of sink.kafka
                 msg = (f"config key 'sink.kafka' is not accepted by librdkafka: "
                        f"{exc.args[0].str()}; fix the property (CONFIGURATION.md of librdkafka "
@@ -737,7 +753,8 @@ def _sink(settings: Settings) -> Sink:
                              value_format=cfg.format, tombstones=cfg.tombstones,
                              transaction_topic=cfg.transaction_topic,
                              client_config=cfg.kafka_config(), json_options=json_options,
-                             schema_registry=cfg.schema_registry())
+                             schema_registry=cfg.schema_registry(),
+                             logical=_logical_types(settings))
         except KafkaException as exc:  # librdkafka refused a property of sink.kafka
             msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
                    "fix the property (CONFIGURATION.md of librdkafka lists them)")

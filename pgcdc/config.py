@@ -198,6 +198,9 @@ class SinkSettings(_Section):
     # its four settings (defaults as Debezium's), or pgcdc's own ISO strings (json_mode
     # pgcdc: the JSON pgcdc's Spark job reads)
     json_mode: Literal["debezium", "pgcdc"] = "debezium"
+    # format avro's column types (sinks/avro_logical.py): every type Avro has no primitive
+    # for as a string (text, the default), or typed Avro with logical types (logical)
+    avro_types: Literal["text", "logical"] = "text"
     decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect",
                                  "isostring"] = "adaptive"
@@ -230,6 +233,13 @@ class SinkSettings(_Section):
             data = dict(data, schema_registry_password=_read_secret(
                 "sink.schema_registry_password_file", data["schema_registry_password_file"]))
         return data
+
+    @model_validator(mode="after")
+    def _avro_types(self) -> SinkSettings:
+        if self.avro_types != "text" and self.format != "avro":
+            _fail("sink.avro_types", f"types Avro's columns: it goes with format avro "
+                                     f"(--format avro), not {self.format}")
+        return self
 
     @model_validator(mode="after")
     def _registry(self) -> SinkSettings:
@@ -465,6 +475,7 @@ KEYS: tuple[_Key, ...] = (
     _Key(("sink", "topic_prefix"), "topic_prefix", "TOPIC_PREFIX"),
     _Key(("sink", "format"), "format", "FORMAT"),
     _Key(("sink", "json_mode"), "json_mode", "JSON_MODE"),
+    _Key(("sink", "avro_types"), "avro_types", "AVRO_TYPES"),
     _Key(("sink", "decimal_handling_mode"), "decimal_handling_mode", "DECIMAL_HANDLING_MODE"),
     _Key(("sink", "time_precision_mode"), "time_precision_mode", "TIME_PRECISION_MODE"),
     _Key(("sink", "interval_handling_mode"), "interval_handling_mode",

@@ -41,6 +41,7 @@ import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
+from sinks.avro_logical import LogicalTypes
 from sinks.envelope import CONNECTOR, text_of
 from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
@@ -85,27 +86,37 @@ def _namespace(table: TableVersion) -> str:
     return ".".join(p if p and not p[0].isdigit() else f"_{p}" for p in parts)
 
 
-def _row_schema(name: str, table: TableVersion, columns: tuple[Column, ...]) -> dict[str, Any]:
+def _field_names(table: TableVersion, columns: tuple[Column, ...]) -> list[str]:
+    """The Avro field names of ``columns`` (a name made of a column's position in the table)."""
+    positions = {c.name: i for i, c in enumerate(table.columns)}
+    return [field_name(c, positions[c.name]) for c in columns]
+
+
+def _row_schema(name: str, table: TableVersion, columns: tuple[Column, ...],
+                logical: LogicalTypes | None = None) -> dict[str, Any]:
+    names = _field_names(table, columns)
+    if logical is None:
+        types = [["null", _PRIMITIVE.get(c.type_name, "string")] for c in columns]
+    else:  # typed Avro (sinks/avro_logical.py)
+        slots = logical.slots(_namespace(table), table.qualified_name, columns, names)
+        types = [["null", *slot.branches] for slot in slots]
     return {
         "type": "record", "name": name, "namespace": _namespace(table),
         "fields": [
-            {"name": field_name(c, i), "type": ["null", _PRIMITIVE.get(c.type_name, "string")],
-             "default": None, "pgcdc.column": c.name}
-            for i, c in enumerate(columns)
+            {"name": n, "type": t, "default": None, "pgcdc.column": c.name}
+            for n, t, c in zip(names, types, columns, strict=True)
         ],
     }
 
 
-def key_schema(table: TableVersion) -> dict[str, Any]:
-    positions = {c.name: i for i, c in enumerate(table.columns)}
-    schema = _row_schema("Key", table, table.key_columns)
-    for field, column in zip(schema["fields"], table.key_columns, strict=True):
-        field["name"] = field_name(column, positions[column.name])
-    return schema
+def key_schema(table: TableVersion, logical: LogicalTypes | None = None) -> dict[str, Any]:
+    """The key's writer schema; ``logical``: typed Avro (``--avro-types logical``)."""
+    return _row_schema("Key", table, table.key_columns, logical)
 
 
-def value_schema(table: TableVersion) -> dict[str, Any]:
-    row = _row_schema("Row", table, table.columns)
+def value_schema(table: TableVersion, logical: LogicalTypes | None = None) -> dict[str, Any]:
+    """The value's writer schema; ``logical``: typed Avro (``--avro-types logical``)."""
+    row = _row_schema("Row", table, table.columns, logical)
     return {
         "type": "record", "name": "Envelope", "namespace": _namespace(table),
         "fields": [
@@ -261,6 +272,17 @@ def _fields(columns: tuple[Column, ...]) -> _Fields:
                  for c, kind in zip(columns, kinds, strict=True))
 
 
+_LOGICAL_KIND = -1  # typed Avro's writers: the Python encoder only (no kind of _fastrow.c)
+
+
+def _logical_fields(table: TableVersion, columns: tuple[Column, ...],
+                    logical: LogicalTypes) -> _Fields:
+    slots = logical.slots(_namespace(table), table.qualified_name, columns,
+                          _field_names(table, columns))
+    return tuple((c.name, _LOGICAL_KIND, slot.write)
+                 for c, slot in zip(columns, slots, strict=True))
+
+
 # The Python encoder's loops (AvroEncoder(compiled=False), and the events the compiled
 # encoder below leaves to it); sinks/_fastavro.c does the same in C.
 _write_row: Callable[[bytearray, dict[str, Any], _Fields], None] = py_write_row
@@ -313,11 +335,15 @@ class _Version:
     __slots__ = ("fields", "key_fields", "null_key", "names", "_heads", "_snapshot",
                  "_read_snapshot", "_names", "_table", "_plans")
 
-    def __init__(self, table: TableVersion) -> None:
-        fastavro.parse_schema(key_schema(table))  # both schemas are valid Avro
-        fastavro.parse_schema(value_schema(table))
-        self.fields = _fields(table.columns)
-        self.key_fields = _fields(table.key_columns)
+    def __init__(self, table: TableVersion, logical: LogicalTypes | None = None) -> None:
+        fastavro.parse_schema(key_schema(table, logical))  # both schemas are valid Avro
+        fastavro.parse_schema(value_schema(table, logical))
+        if logical is None:
+            self.fields = _fields(table.columns)
+            self.key_fields = _fields(table.key_columns)
+        else:
+            self.fields = _logical_fields(table, table.columns, logical)
+            self.key_fields = _logical_fields(table, table.key_columns, logical)
         self.null_key = b"\x00" * len(self.key_fields)
         self.names = {c.name: _string(c.name) for c in table.columns}
         self._heads: dict[str, bytes] = {}
@@ -425,28 +451,46 @@ class AvroEncoder:
     """Keys and values of change events in Avro, per table version.
 
     ``compiled``: encode with sinks/_fastavro.c (the default when it is built) or with
-    the Python code only; both give the same bytes and errors.
+    the Python code only; both give the same bytes and errors.  ``logical``: typed Avro
+    (``--avro-types logical``, sinks/avro_logical.py), written by the Python code only;
+    None: every column that is not an Avro primitive is a string (``--avro-types text``).
     """
 
     format = "avro"
 
-    def __init__(self, *, compiled: bool | None = None) -> None:
+    def __init__(self, *, compiled: bool | None = None,
+                 logical: LogicalTypes | None = None) -> None:
         self._versions: dict[tuple[int, str, str], _Version] = {}
         if compiled and not COMPILED_ENCODER:
             msg = "sinks._fastavro is not built: pip install -e . with a C compiler"
             raise ImportError(msg)
-        self._encode = _compiled_encode if compiled is not False else None
+        if compiled and logical is not None:
+            msg = "typed Avro (--avro-types logical) has no compiled encoder"
+            raise ImportError(msg)
+        self.logical = logical
+        self._encode = _compiled_encode if compiled is not False and logical is None else None
+
+    @property
+    def avro_types(self) -> str:
+        """``logical`` (typed Avro) or ``text``: the catalog record's ``avro_types``."""
+        return "text" if self.logical is None else "logical"
 
     def _version(self, table: TableVersion) -> _Version:
         cached = self._versions.get((table.oid, table.layout, table.meta))
         if cached is None:
-            cached = self._versions[(table.oid, table.layout, table.meta)] = _Version(table)
+            cached = self._versions[(table.oid, table.layout, table.meta)] = \
+                _Version(table, self.logical)
         return cached
 
     def schemas(self, table: TableVersion) -> dict[str, str]:
-        """The writer schemas of a version, as published in the catalog log."""
-        return {"key_schema": json.dumps(key_schema(table), separators=(",", ":")),
-                "value_schema": json.dumps(value_schema(table), separators=(",", ":"))}
+        """The writer schemas of a version, as published in the catalog log (with
+        ``avro_types: logical`` for typed Avro; a record without it is ``text``)."""
+        out = {"key_schema": json.dumps(key_schema(table, self.logical), separators=(",", ":")),
+               "value_schema": json.dumps(value_schema(table, self.logical),
+                                          separators=(",", ":"))}
+        if self.logical is not None:
+            out["avro_types"] = "logical"
+        return out
 
     def key(self, event: ChangeEvent) -> bytes:
         return self._version(event.table).key(event)
@@ -479,9 +523,10 @@ class AvroEncoder:
         return functools.partial(self._encode, version.plan(server_name, heads))
 
 
-def decode_value(table: TableVersion, raw: bytes) -> dict[str, Any]:
+def decode_value(table: TableVersion, raw: bytes,
+                 logical: LogicalTypes | None = None) -> dict[str, Any]:
     """Read one value back (for consumers and tests)."""
-    schema = fastavro.parse_schema(value_schema(table))
+    schema = fastavro.parse_schema(value_schema(table, logical))
     record = fastavro.schemaless_reader(io.BytesIO(raw), schema, None)
     assert isinstance(record, dict)
     return record

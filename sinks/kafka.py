@@ -43,6 +43,7 @@ from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
 from sinks.acks import AckTracker, DeliveryError
 from sinks.avro import AvroEncoder
+from sinks.avro_logical import LogicalTypes
 from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import JsonEncoder
 from sinks.registry import RegistryAvroEncoder, SchemaRegistry
@@ -84,15 +85,19 @@ _Route = tuple[TableVersion, str, list[tuple[str, str | bytes | None]],
 
 
 def _encoder(value_format: str, json_options: JsonOptions | None,
-             registry: SchemaRegistry | None = None) -> Encoder:
+             registry: SchemaRegistry | None = None,
+             logical: LogicalTypes | None = None) -> Encoder:
+    if logical is not None and value_format != "avro":
+        msg = f"--avro-types logical goes with --format avro, not {value_format}"
+        raise ConfigError(msg)
     if registry is not None:
         if value_format != "avro":
             msg = (f"a schema registry (--schema-registry-url) goes with --format avro, not "
                    f"{value_format}: the registry holds Avro schemas")
             raise ConfigError(msg)
-        return RegistryAvroEncoder(registry)
+        return RegistryAvroEncoder(registry, logical=logical)
     if value_format == "avro":
-        return AvroEncoder()
+        return AvroEncoder(logical=logical)
     if value_format == "json":
         return JsonEncoder(PGCDC_JSON if json_options is None else json_options)
     msg = f"unknown value format {value_format!r}: choose avro or json"
@@ -186,16 +191,18 @@ class KafkaSink:
                  producer_config: dict[str, Any] | None = None,
                  client_config: dict[str, str] | None = None,
                  json_options: JsonOptions | None = None,
-                 schema_registry: SchemaRegistry | None = None) -> None:
+                 schema_registry: SchemaRegistry | None = None,
+                 logical: LogicalTypes | None = None) -> None:
         # json_options: how value_format json writes values (sinks/debezium_json.py);
         # None is pgcdc's own encoding, which pgcdc's Spark job reads; schema_registry:
-        # Avro in the Confluent wire format, schemas registered there (sinks/registry.py)
+        # Avro in the Confluent wire format, schemas registered there (sinks/registry.py);
+        # logical: typed Avro (--avro-types logical, sinks/avro_logical.py)
         self.bootstrap_servers = bootstrap_servers
         self.prefix = topic_prefix
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.tombstones = tombstones
-        self.encoder: Encoder = _encoder(value_format, json_options, schema_registry)
+        self.encoder: Encoder = _encoder(value_format, json_options, schema_registry, logical)
         self._format_header = ("pgcdc.format", self.encoder.format.encode())
         # client_config: security and connection properties (sink.kafka) for every client
         base: dict[str, str | int | float | bool] = {**(client_config or {}),

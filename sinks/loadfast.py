@@ -13,9 +13,9 @@ stream's decoder, then the Avro writer of sinks/avro.py.
 Durability is the sink's: :meth:`FastLoad.durable` flushes the producer and raises
 :class:`~sinks.acks.DeliveryError` for any message that failed; the worker reports a chunk
 done only after that.  Not used (the worker keeps the slow path) when the compiled module
-is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is JSON,
-the sink is transactional or writes a transaction topic, or librdkafka's library
-cannot be found.
+is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is JSON or
+typed Avro (``--avro-types logical``: the Python encoder only), the sink is
+transactional or writes a transaction topic, or librdkafka's library cannot be found.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class FastLoad:
                 or os.environ.get("PGCDC_LOAD_FAST") == "0":
             return None
         if type(sink) is not KafkaSink or not isinstance(sink.encoder, AvroEncoder) \
-                or sink.transaction_topic is not None:
+                or sink.encoder.logical is not None or sink.transaction_topic is not None:
             return None
         library = librdkafka_path()
         if library is None:

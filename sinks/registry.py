@@ -48,6 +48,7 @@ from core.errors import ConfigError, TerminalError
 from decoder.change import ChangeEvent
 from sinks.acks import DeliveryError
 from sinks.avro import AvroEncoder
+from sinks.avro_logical import LogicalTypes
 from snapshot_builder.catalog import TableVersion
 
 log = logging.getLogger(__name__)
@@ -237,8 +238,9 @@ class RegistryAvroEncoder(AvroEncoder):
 
     format = WIRE_FORMAT
 
-    def __init__(self, registry: SchemaRegistry, *, compiled: bool | None = None) -> None:
-        super().__init__(compiled=compiled)
+    def __init__(self, registry: SchemaRegistry, *, compiled: bool | None = None,
+                 logical: LogicalTypes | None = None) -> None:
+        super().__init__(compiled=compiled, logical=logical)
         self.registry = registry
         self._heads: dict[tuple[int, str], tuple[bytes, bytes]] = {}
         self._subjects: dict[tuple[int, str], str] = {}  # the topic each version registered

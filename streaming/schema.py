@@ -170,6 +170,9 @@ class TableSpec:
     value_schema: str | None = None  # the Avro writer schema (JSON), for value_format avro
     # pg_class.relreplident ('d', 'i', 'f', 'n'); None in records from before it was read
     replica_identity: str | None = None
+    # the Avro writer schema's column types: text (strings where Avro has no primitive) or
+    # logical (typed Avro, pgcdc run --avro-types logical, sinks/avro_logical.py)
+    avro_types: str = "text"
 
     @property
     def key_columns(self) -> tuple[ColumnSpec, ...]:
@@ -193,7 +196,7 @@ class TableSpec:
         return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
                    int(data.get("lsn", 0)), data.get("topic", ""), columns,
                    data.get("value_format", "json"), data.get("value_schema"),
-                   data.get("replica_identity"))
+                   data.get("replica_identity"), data.get("avro_types", "text"))
 
 
 class CatalogLog:
