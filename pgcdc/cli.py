@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from pgcdc.pipeline import Pipeline
     from pgcdc.restart import StateFiles
     from pgcdc.status_line import StatusLine
-    from sinks.sink import Sink
     from sinks.avro_logical import LogicalTypes
+    from sinks.sink import Sink
     from snapshot_builder.incremental import IncrementalSnapshots
 
 EXIT_DIFFERS = 1
