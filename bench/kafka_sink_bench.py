@@ -18,7 +18,11 @@ which on a shared machine says little.  Nothing is asserted.
 
 ``--schema-registry`` starts a throwaway Apicurio Registry (pgcdc/services/registry.py) and
 adds a run per round whose sink registers each table version's schemas there and frames
-every record (sinks/registry.py), beside the same run without.
+every record (sinks/registry.py), beside the same run without.  ``--avro-types-logical``
+adds a run per round in typed Avro (``pgcdc run --avro-types logical``, sinks/avro_logical.py)
+beside the default text-typed Avro.
+
+    python -m bench.kafka_sink_bench --avro-types-logical  # typed Avro against text Avro
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from decoder.change import ChangeEvent
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
+from sinks.avro_logical import LogicalTypes
 from sinks.kafka import KafkaSink
 from sinks.null import NullSink
 from sinks.registry import SchemaRegistry
@@ -83,9 +88,10 @@ def librdkafka_cpu() -> float:
 
 def replay(calls: list[Call], servers: str, prefix: str, broker: db.ProcessCpu | _Unmeasured,
            config: dict[str, str], batch: int,
-           registry: SchemaRegistry | None = None) -> dict[str, float]:
+           registry: SchemaRegistry | None = None,
+           logical: LogicalTypes | None = None) -> dict[str, float]:
     sink = KafkaSink(servers, topic_prefix=prefix, producer_config=config,
-                     schema_registry=registry)
+                     schema_registry=registry, logical=logical)
     last = max(lsn for kind, _, lsn in calls if kind == "end")
     broker_before, rdk_before = broker.cpu_seconds() or 0.0, librdkafka_cpu()
     began_cpu, began = time.thread_time(), time.perf_counter()
@@ -142,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schema-registry", action="store_true",
                         help="also a run per round in the Confluent wire format, against a "
                              "throwaway Apicurio Registry")
+    parser.add_argument("--avro-types-logical", action="store_true",
+                        help="also a run per round in typed Avro (--avro-types logical)")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run that only shows the benchmark still works (CI): "
                              "--scale 0.001, one round; its figures mean nothing")
@@ -173,15 +181,18 @@ def main(argv: list[str] | None = None) -> int:
             from pgcdc.services.registry import SchemaRegistryServer
 
             registry = SchemaRegistry(stack.enter_context(SchemaRegistryServer()).url)
-        runs = [(name, config, None) for name, config in settings.items()]
+        runs: list[tuple[str, dict[str, str], SchemaRegistry | None, LogicalTypes | None]] = \
+            [(name, config, None, None) for name, config in settings.items()]
         if registry is not None:
-            runs.append(("schema registry", {}, registry))
+            runs.append(("schema registry", {}, registry, None))
+        if args.avro_types_logical:
+            runs.append(("avro-types logical", {}, None, LogicalTypes.reading(server.dsn())))
         run = 0
         for round_ in range(1, args.rounds + 1):
-            for name, config, registered in runs:
+            for name, config, registered, logical in runs:
                 run += 1
                 result = replay(recorder.calls, servers, f"run{os.getpid()}.{run}", broker,
-                                config, args.batch, registered)
+                                config, args.batch, registered, logical)
                 figures = ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}"
                                     for k, v in result.items())
                 print(f"round {round_} {name}: {figures}", flush=True)

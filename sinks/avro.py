@@ -272,15 +272,18 @@ def _fields(columns: tuple[Column, ...]) -> _Fields:
                  for c, kind in zip(columns, kinds, strict=True))
 
 
-_LOGICAL_KIND = -1  # typed Avro's writers: the Python encoder only (no kind of _fastrow.c)
+_LOGICAL_KIND = -1  # no kind of sinks/_fastavro.c: it calls the column's Python writer
 
 
 def _logical_fields(table: TableVersion, columns: tuple[Column, ...],
                     logical: LogicalTypes) -> _Fields:
+    """Typed Avro's writers; a column whose bytes are a text-mode primitive's (int, string,
+    ...) keeps that primitive's kind, so that sinks/_fastavro.c writes it itself and calls
+    the Python writer for the others (decimals, dates, arrays, records, ...)."""
     slots = logical.slots(_namespace(table), table.qualified_name, columns,
                           _field_names(table, columns))
-    return tuple((c.name, _LOGICAL_KIND, slot.write)
-                 for c, slot in zip(columns, slots, strict=True))
+    return tuple((c.name, _KINDS[slot.primitive] if slot.primitive else _LOGICAL_KIND,
+                  slot.write) for c, slot in zip(columns, slots, strict=True))
 
 
 # The Python encoder's loops (AvroEncoder(compiled=False), and the events the compiled
@@ -452,7 +455,8 @@ class AvroEncoder:
 
     ``compiled``: encode with sinks/_fastavro.c (the default when it is built) or with
     the Python code only; both give the same bytes and errors.  ``logical``: typed Avro
-    (``--avro-types logical``, sinks/avro_logical.py), written by the Python code only;
+    (``--avro-types logical``, sinks/avro_logical.py; the compiled encoder writes its
+    primitive columns and the envelope, and calls the Python writer of every other column);
     None: every column that is not an Avro primitive is a string (``--avro-types text``).
     """
 
@@ -464,11 +468,8 @@ class AvroEncoder:
         if compiled and not COMPILED_ENCODER:
             msg = "sinks._fastavro is not built: pip install -e . with a C compiler"
             raise ImportError(msg)
-        if compiled and logical is not None:
-            msg = "typed Avro (--avro-types logical) has no compiled encoder"
-            raise ImportError(msg)
         self.logical = logical
-        self._encode = _compiled_encode if compiled is not False and logical is None else None
+        self._encode = _compiled_encode if compiled is not False else None
 
     @property
     def avro_types(self) -> str:

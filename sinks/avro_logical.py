@@ -96,8 +96,15 @@ def _long(out: bytearray, value: int) -> None:
     _varint(out, (value << 1) ^ (value >> 63))
 
 
+_SHORT_LENGTHS: Final = [bytes((size << 1,)) for size in range(64)]  # a length under 64
+
+
 def _blob(out: bytearray, data: bytes) -> None:
-    _varint(out, len(data) << 1)
+    size = len(data)
+    if size < 64:
+        out += _SHORT_LENGTHS[size]
+    else:
+        _varint(out, size << 1)
     out += data
 
 
@@ -189,9 +196,10 @@ def _write_time(out: bytearray, value: Any) -> None:
 
 def _decimal_writer(precision: int, scale: int) -> Writer:
     special = _branch(2)
+    limit = 10**precision
 
     def write(out: bytearray, value: Any) -> None:
-        if not isinstance(value, Decimal):
+        if type(value) is not Decimal and not isinstance(value, Decimal):
             msg = f"{value!r} (type {type(value).__name__}) is not a numeric value"
             raise AvroTypeError(msg)
         if not value.is_finite():  # NaN (an infinity cannot be in a numeric(p,s))
@@ -200,13 +208,17 @@ def _decimal_writer(precision: int, scale: int) -> Writer:
             return
         scaled = value.scaleb(scale, _DECIMALS)
         unscaled = int(scaled)
-        if scaled != unscaled or len(str(abs(unscaled))) > precision:
+        if not -limit < unscaled < limit or scaled != unscaled:
             msg = f"{value} does not fit numeric({precision},{scale})"
             raise AvroTypeError(msg)
-        size = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) // 8
-        out.append(2)
-        _blob(out, unscaled.to_bytes(size, "big", signed=True))
+        data = unscaled.to_bytes(((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8)
+                                 // 8, "big", signed=True)
+        out += _DECIMAL_HEADS[len(data)]  # the branch (1) and the length (under 64 bytes)
+        out += data
     return write
+
+
+_DECIMAL_HEADS: Final = [bytes((2, size << 1)) for size in range(64)]
 
 
 def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
@@ -282,27 +294,31 @@ class Slot:
     branches: tuple[Any, ...]
     write: Writer
     inner: Writer | None = None  # a range's record without its branch (for multiranges)
+    # the Avro primitive whose text-mode writer (sinks/avro.py, sinks/_fastavro.c) writes
+    # the same bytes as ``write``, if any: the compiled encoder writes those columns itself
+    primitive: str | None = None
 
 
-def _typed(avro_type: Any, write: Writer) -> Slot:
-    return Slot((avro_type,), write)
+def _typed(avro_type: Any, write: Writer, primitive: str | None = None) -> Slot:
+    return Slot((avro_type,), write, primitive=primitive)
 
 
 def _text(type_name: str) -> Slot:
     if type_name in _TEXT_TYPES:
-        return Slot(("string",), _write_string)
-    return Slot(({"type": "string", "pgcdc.type": type_name},), _write_string)
+        return Slot(("string",), _write_string, primitive="string")
+    return Slot(({"type": "string", "pgcdc.type": type_name},), _write_string,
+                primitive="string")
 
 
 _BUILTIN_SLOTS: Final[dict[str, Slot]] = {
-    "bool": _typed("boolean", _write_boolean),
-    "int2": _typed("int", _integer_writer(_INT_MIN, _INT_MAX, 31)),
-    "int4": _typed("int", _integer_writer(_INT_MIN, _INT_MAX, 31)),
-    "int8": _typed("long", _integer_writer(_LONG_MIN, _LONG_MAX, 63)),
-    "oid": _typed("long", _integer_writer(_LONG_MIN, _LONG_MAX, 63)),
-    "float4": _typed("float", _float_writer("float")),
-    "float8": _typed("double", _float_writer("double")),
-    "bytea": _typed("bytes", _write_bytes),
+    "bool": _typed("boolean", _write_boolean, "boolean"),
+    "int2": _typed("int", _integer_writer(_INT_MIN, _INT_MAX, 31), "int"),
+    "int4": _typed("int", _integer_writer(_INT_MIN, _INT_MAX, 31), "int"),
+    "int8": _typed("long", _integer_writer(_LONG_MIN, _LONG_MAX, 63), "long"),
+    "oid": _typed("long", _integer_writer(_LONG_MIN, _LONG_MAX, 63), "long"),
+    "float4": _typed("float", _float_writer("float"), "float"),
+    "float8": _typed("double", _float_writer("double"), "double"),
+    "bytea": _typed("bytes", _write_bytes, "bytes"),
     "date": _typed({"type": "int", "logicalType": "date"}, _write_date),
     "time": _typed({"type": "long", "logicalType": "time-micros"}, _write_time),
     "timestamp": _typed({"type": "long", "logicalType": "local-timestamp-micros"},
@@ -311,9 +327,9 @@ _BUILTIN_SLOTS: Final[dict[str, Slot]] = {
                           _timestamp_writer(_EPOCH_UTC)),
     "uuid": _typed({"type": "string", "logicalType": "uuid"}, _write_uuid),
     "json": _typed({"type": "string", "connect.name": "io.debezium.data.Json",
-                    "pgcdc.type": "json"}, _write_string),
+                    "pgcdc.type": "json"}, _write_string, "string"),
     "jsonb": _typed({"type": "string", "connect.name": "io.debezium.data.Json",
-                     "pgcdc.type": "jsonb"}, _write_string),
+                     "pgcdc.type": "jsonb"}, _write_string, "string"),
 }
 
 _RANGE_SUBTYPES: Final = {
@@ -368,7 +384,7 @@ class SchemaBuilder:
                          values.type_name(oid))
         if shape.kind == "enum":
             return Slot(({"type": "string", "pgcdc.type": shape.name or str(oid)},),
-                        _write_string)
+                        _write_string, primitive="string")
         if shape.kind == "domain":
             return self._slot(shape.of, shape.typmod if shape.typmod != -1 else typmod,
                               path, column, depth + 1)

@@ -16,7 +16,7 @@ import pytest
 
 from decoder.change import ChangeEvent
 from decoder.values import TypeRegistry
-from sinks.avro import AvroEncoder, decode_value, key_schema, value_schema
+from sinks.avro import COMPILED_ENCODER, AvroEncoder, decode_value, key_schema, value_schema
 from sinks.avro_logical import AvroTypeError, LogicalTypes, numeric_precision_scale
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -267,9 +267,23 @@ def test_numeric_typmods() -> None:
     assert numeric_precision_scale(_numeric(2, 4)) is None  # a scale above the precision
 
 
-def test_compiled_encoder_is_refused_for_typed_avro() -> None:
-    with pytest.raises(ImportError, match="no compiled encoder"):
-        AvroEncoder(compiled=True, logical=LogicalTypes())
+@pytest.mark.skipif(not COMPILED_ENCODER, reason="an optional compiled path: not built")
+def test_the_compiled_encoder_gives_the_same_bytes() -> None:
+    """sinks/_fastavro.c writes typed Avro's primitive columns and calls the Python writers
+    of the others: the bytes of the Python encoder, keys included, for every type."""
+    logical = LogicalTypes(_registry().shape)
+    compiled, python = AvroEncoder(logical=logical, compiled=True), \
+        AvroEncoder(logical=logical, compiled=False)
+    rows = [_row(TEXTS), _row({"id": "2"}), _row({"id": "3", "n": "NaN", "f8": "-Infinity",
+                                                  "ints": "{}", "b": "\\x"})]
+    for before, after in [(None, rows[0]), (rows[0], rows[1]), (rows[1], rows[2])]:
+        event = _event(after, before)
+        assert compiled.encode(event, server_name="s", now_ms=7) == \
+            python.encode(event, server_name="s", now_ms=7)
+    row = _row(TEXTS)
+    row["pt"] = {"x": 1}
+    with pytest.raises(AvroTypeError, match="composite type public.pt"):
+        compiled.encode(_event(row), server_name="s", now_ms=7)
 
 
 def test_the_spark_job_refuses_typed_records_before_applying_them() -> None:
