@@ -1,7 +1,8 @@
 """Typed Avro (``--avro-types logical``, issue 17.1) through a real schema registry: real
 PostgreSQL, Kafka and Apicurio Registry; every record read with Confluent's own
 ``AvroDeserializer`` (a consumer nobody here wrote), typed Python values for a table of
-many types, across an ALTER that adds a column and one that retypes a column."""
+many types, across an ALTER that adds a column and one that retypes a column, with the
+stream's values in text and in binary."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import psycopg
+import pytest
 
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
@@ -45,15 +47,19 @@ INSERT INTO many VALUES (1, 12345.678, '3.14159265358979323846', '2024-02-29',
 """
 
 
+@pytest.mark.parametrize("binary", ["off", "on"])
 def test_typed_records_through_the_registry_across_alters(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
-        schema_registry: SchemaRegistryServer) -> None:
+        schema_registry: SchemaRegistryServer, binary: str) -> None:
+    """``binary``: the stream's values in text or in binary (decoder/binary.py): both
+    decoders give the encoder the same Python values."""
     pg_conn.execute(_SETUP)
     registry = SchemaRegistry(schema_registry.url)
     sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, schema_registry=registry,
                      logical=LogicalTypes.reading(pg_dsn))
-    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.many"]), sink)
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.many"], binary=binary), sink)
     pipeline.prepare()
+    assert pipeline.binary is (binary == "on")
     pg_conn.execute(_ROW)
     pg_conn.execute("UPDATE many SET n = -0.5, ints = '{{{1}}}' WHERE id = 1")
     pg_conn.execute("ALTER TABLE many ADD COLUMN extra date")
