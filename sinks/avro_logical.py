@@ -393,7 +393,7 @@ class SchemaBuilder:
         if shape.kind == "range":
             return self._range(shape.of, path, column, depth)
         if shape.kind == "multirange":
-            return self._multirange(shape.of, path, column, depth)
+            return self._multirange(shape.of, path, column, depth)  # ``of``: the subtype
         if shape.kind == "composite":
             return self._composite(shape, path, column, depth)
         return _text(shape.name or values.type_name(oid))
@@ -417,7 +417,8 @@ class SchemaBuilder:
         if oid in _RANGE_SUBTYPES:
             return self._range(_RANGE_SUBTYPES[oid], path, column, depth, builtin=oid)
         if oid in _MULTIRANGES:
-            return self._multirange(_MULTIRANGES[oid], path, column, depth)
+            return self._multirange(_RANGE_SUBTYPES[_MULTIRANGES[oid]], path, column, depth,
+                                    builtin=_MULTIRANGES[oid])
         return _text(name)
 
     def _array(self, item: Slot) -> Slot:
@@ -491,15 +492,11 @@ class SchemaBuilder:
 
         return Slot((schema,), write, write_range)
 
-    def _multirange(self, range_oid: int, path: str, column: str, depth: int) -> Slot:
-        shape = self._shapes(range_oid) if range_oid >= values.FIRST_NORMAL_OID else None
-        if range_oid in _RANGE_SUBTYPES:
-            inner = self._range(_RANGE_SUBTYPES[range_oid], f"{path}_item", column, depth + 1,
-                                builtin=range_oid)
-        elif shape is not None and shape.kind == "range":
-            inner = self._range(shape.of, f"{path}_item", column, depth + 1)
-        else:
-            return _text(values.type_name(range_oid))
+    def _multirange(self, subtype: int, path: str, column: str, depth: int,
+                    builtin: int | None = None) -> Slot:
+        """An array of range records over ``subtype`` (``builtin``: the built-in range type;
+        a user multirange's shape names its range's subtype, as the decoder registers it)."""
+        inner = self._range(subtype, f"{path}_item", column, depth + 1, builtin=builtin)
         write_range = inner.inner
         assert write_range is not None
 

@@ -20,7 +20,8 @@ from sinks.avro import COMPILED_ENCODER, AvroEncoder, decode_value, key_schema, 
 from sinks.avro_logical import AvroTypeError, LogicalTypes, numeric_precision_scale
 from snapshot_builder.catalog import Column, TableVersion
 
-ENUM, POINT2, POINT2_ARRAY, MONEY2, FLOATRANGE = 90001, 90002, 90003, 90004, 90005
+ENUM, POINT2, POINT2_ARRAY, MONEY2, FLOATRANGE, FLOATMULTI = \
+    90001, 90002, 90003, 90004, 90005, 90006
 
 
 def _registry() -> TypeRegistry:
@@ -31,6 +32,7 @@ def _registry() -> TypeRegistry:
     types.register_array(POINT2_ARRAY, POINT2, name="public._pt")
     types.register_domain(MONEY2, 1700, name="public.amount", typmod=(10 << 16 | 2) + 4)
     types.register_range(FLOATRANGE, 701, name="public.floatrange")
+    types.register_multirange(FLOATMULTI, 701, name="public.floatmultirange")  # as load_types
     return types
 
 
@@ -64,6 +66,7 @@ COLUMNS = (
     ("tr", 3910, "tstzrange", -1),
     ("fr", FLOATRANGE, "public.floatrange", -1),
     ("mr", 4451, "int4multirange", -1),
+    ("fmr", FLOATMULTI, "public.floatmultirange", -1),
     ("amount", MONEY2, "public.amount", -1),
     ("iv", 1186, "interval", -1),
     ("addr", 869, "inet", -1),
@@ -86,8 +89,9 @@ TEXTS = {
     "big": "9007199254740993", "ints": "{{1,NULL},{3,4}}", "texts": '{"x","y z",NULL}',
     "nums": "{1.50,NULL,-2.25}", "mood": "happy", "pt": '(7,"a b","{1,2}")',
     "pts": '{"(1,x,{})",NULL,"(2,,{3})"}', "r": "[1,10)", "tr": '["2024-01-01 00:00:00+00",)',
-    "fr": "(,2.5]", "mr": "{[1,3),[7,9)}", "amount": "-1234.50", "iv": "P1Y2M3DT4H5M6.5S",
-    "addr": "192.168.1.10/24", "txt": "héllo", "Row": "named like the record",
+    "fr": "(,2.5]", "mr": "{[1,3),[7,9)}", "fmr": "{[1.5,2),(3,)}", "amount": "-1234.50",
+    "iv": "P1Y2M3DT4H5M6.5S", "addr": "192.168.1.10/24", "txt": "héllo",
+    "Row": "named like the record",
 }
 
 
@@ -141,6 +145,8 @@ def test_every_type_reads_back_typed() -> None:
     assert after["fr"] == {"lower": None, "upper": 2.5, "lower_inc": False, "upper_inc": True,
                            "empty": False}
     assert [(r["lower"], r["upper"]) for r in after["mr"]] == [(1, 3), (7, 9)]
+    assert [(r["lower"], r["upper"], r["lower_inc"]) for r in after["fmr"]] == \
+        [(1.5, 2.0, True), (3.0, None, False)]
     assert after["amount"] == Decimal("-1234.50")  # the domain's numeric(10,2)
     assert after["iv"] == "P1Y2M3DT4H5M6.5S" and after["addr"] == "192.168.1.10/24"
     assert after["txt"] == "héllo" and after["Row"] == "named like the record"
@@ -173,6 +179,9 @@ def test_the_schema_says_each_type() -> None:
     assert fields["mood"][1] == {"type": "string", "pgcdc.type": "public.mood"}
     assert fields["pt"][1]["type"] == "record" and fields["pt"][1]["pgcdc.type"] == "public.pt"
     assert fields["Row"] == ["null", "string"]  # a column named Row: its own field, no clash
+    assert fields["fmr"][1]["type"] == "array" and \
+        fields["fmr"][1]["items"]["pgcdc.type"] == "range"
+    assert fields["mr"][1]["items"]["pgcdc.type"] == "int4range"
     schema = key_schema(TABLE, logical)
     assert [f["name"] for f in schema["fields"]] == ["id"]
 
