@@ -7,8 +7,9 @@ or keyless with REPLICA IDENTITY FULL and duplicate rows; one name holds a quote
 semicolon), rows inserted, updated (a key too) and deleted, columns added (no default, a
 constant, a volatile one), dropped, renamed and retyped (``USING``), tables truncated, renamed,
 dropped, dropped and created again, savepoints rolled back with DDL inside, prepared
-transactions committed and rolled back with DDL inside, columns of the program's own types (an
-enum given new labels, one of them renamed; a domain; a composite given new attributes, which
+transactions committed and rolled back with DDL inside, tables moved to another schema
+and back (``SET SCHEMA``), columns of the program's own types (an enum given new labels, one
+of them renamed; a domain; a composite given new attributes, which
 changes every stored value of it without a row change in the WAL); between steps pgcdc
 captures what was written (a new pipeline each time, so every capture is a restart on the
 persisted catalog history) and Spark applies it.  At the end the lake must hold exactly the
@@ -75,7 +76,11 @@ TYPES: dict[str, tuple[str, str, str]] = {
 }
 USER_TYPES = ("CREATE TYPE mood AS ENUM ('calm', 'busy')",
               "CREATE DOMAIN amount AS numeric(12,2)",
-              "CREATE TYPE pair AS (a int, b text)")
+              "CREATE TYPE pair AS (a int, b text)",
+              # tables move between two schemas (SET SCHEMA); the program names them
+              # unqualified, through its search path (a name is unique across both)
+              "CREATE SCHEMA side", "SET search_path TO public, side")
+SCHEMAS = ("public", "side")
 _programs = itertools.count()
 AUXILIARY = ("__tombstones", "__changelog")  # the apply's own tables beside a lake table
 # a program's listing: where it captured (pgcdc run, killed with -9 in the bench) and applied
@@ -102,6 +107,7 @@ class Table:
     name: str
     keyed: bool  # a primary key ``id``; else REPLICA IDENTITY FULL, ``k`` and duplicates
     columns: dict[str, str] = field(default_factory=dict)  # name -> type, but the key
+    schema: str = "public"
 
     @property
     def key(self) -> str:
@@ -261,14 +267,14 @@ class Program:
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix)
         tables = job.read_catalog(self.rig.spark, config).tables()
-        tables = [s for s in tables if s.schema == "public"]  # not pgcdc's own
+        tables = [s for s in tables if s.schema in SCHEMAS]  # not pgcdc's own
         listing = "\n".join(self.statements)
-        source = {str(r[0]): int(str(r[1])) for r in self.conn.execute(
-            "SELECT tablename::text, (xpath('/row/c/text()', query_to_xml(format("
-            "'SELECT count(*) AS c FROM %I.%I', schemaname, tablename), false, true, '')))[1]"
-            "::text::bigint FROM pg_publication_tables "
-            "WHERE pubname = 'pgcdc' AND schemaname = 'public'").fetchall()}
-        lake = {s.name for s in tables}
+        source = {(str(r[0]), str(r[1])): int(str(r[2])) for r in self.conn.execute(
+            "SELECT schemaname::text, tablename::text, (xpath('/row/c/text()', query_to_xml("
+            "format('SELECT count(*) AS c FROM %%I.%%I', schemaname, tablename), false, true, "
+            "'')))[1]::text::bigint FROM pg_publication_tables "
+            "WHERE pubname = 'pgcdc' AND schemaname = ANY(%s)", [list(SCHEMAS)]).fetchall()}
+        lake = {(s.schema, s.name) for s in tables}
         # a table no event ever reached has no lake table yet: it must be empty
         assert lake <= set(source), \
             f"the lake holds tables the source has not: {lake - set(source)}; program:\n{listing}"
@@ -467,6 +473,17 @@ class LakeModel(RuleBasedStateMachine):
         del self.tables[table.name]
         table.name = to
         self.tables[to] = table
+        self.program.run(self._rows(table, 2))
+
+    @precondition(lambda self: self.tables)
+    @rule(pick=st.integers(0, 99))
+    def move_schema(self, pick: int) -> None:
+        """``SET SCHEMA`` to the other schema (the publication is FOR ALL TABLES)."""
+        table = self._pick(pick)
+        to = SCHEMAS[1 - SCHEMAS.index(table.schema)]
+        self.program.run(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
+            _ident(table.name), _ident(to)))
+        table.schema = to
         self.program.run(self._rows(table, 2))
 
     @rule(residue=st.integers(0, 2))
