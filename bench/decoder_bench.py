@@ -81,7 +81,7 @@ from sinks.null import NullSink
 log = logging.getLogger("bench.decoder_bench")
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("core", "decoder", "pgcdc", "sinks", "snapshot_builder")
+SOURCE_DIRS = ("core", "decoder", "pgcdc", "sinks", "snapshot_builder", "loads")
 
 SCHEMA = "bench"
 TABLE = f"{SCHEMA}.items"

@@ -58,12 +58,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink
 from sinks.null import NullSink
 from sinks.sink import Sink
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 
 log = logging.getLogger("bench.initial_load_bench")
 
@@ -220,9 +220,9 @@ def stages(dsn: str, sink: Sink) -> list[tuple[str, float]]:
     from decoder.replication import SESSION_OPTIONS
     from decoder.types import load_types
     from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-    from snapshot_builder.chunk_reader import ChunkTask, copy_query, row_builder
-    from snapshot_builder.load_state import ChunkState
-    from snapshot_builder.published import fetch_published_tables
+    from loads.chunk_reader import ChunkTask, copy_query, row_builder
+    from loads.load_state import ChunkState
+    from loads.published import fetch_published_tables
 
     with psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
         catalog = fetch_published_tables(conn, "bench", captured=False)
@@ -271,10 +271,10 @@ def kafka_floor(dsn: str, sink: KafkaSink) -> tuple[int, float, float, float]:
     from decoder.replication import SESSION_OPTIONS
     from decoder.types import load_types
     from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+    from loads.chunk_reader import ChunkTask, copy_query
+    from loads.load_state import ChunkState
+    from loads.published import fetch_published_tables
     from sinks.loadfast import FastLoad
-    from snapshot_builder.chunk_reader import ChunkTask, copy_query
-    from snapshot_builder.load_state import ChunkState
-    from snapshot_builder.published import fetch_published_tables
 
     fast = FastLoad.for_sink(sink)
     if fast is None:

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from bench.initial_load_bench import copy_sequential, create_tables
+from loads.initial_load import LoadConfig
 from pgcdc.services.postgres import PostgresServer
-from snapshot_builder.initial_load import LoadConfig
 from streaming.bulk_load import load_lake
 from streaming.session import build_session
 

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for failing programs' SQL (lake_model_failures)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("py4j", "kafka", "streaming", "pgcdc", "snapshot_builder", "sinks"):
+    for noisy in ("py4j", "kafka", "streaming", "pgcdc", "snapshot_builder", "loads", "sinks"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     report = run(args)
     json.dump(report, sys.stdout, indent=2)

@@ -28,12 +28,12 @@ from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.start_checks import PrivilegeError
 
 if TYPE_CHECKING:
+    from loads.incremental import IncrementalSnapshots
     from pgcdc.pipeline import Pipeline
     from pgcdc.restart import StateFiles
     from pgcdc.status_line import StatusLine
     from sinks.avro_logical import LogicalTypes
     from sinks.sink import Sink
-    from snapshot_builder.incremental import IncrementalSnapshots
 
 EXIT_DIFFERS = 1
 EXIT_USAGE = 2
@@ -627,7 +627,7 @@ def _exit_after(seconds: float, pipeline: Pipeline) -> None:
 
 
 def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
-    from snapshot_builder.incremental import IncrementalSnapshots
+    from loads.incremental import IncrementalSnapshots
 
     if not settings.load.incremental:
         return None
@@ -646,7 +646,7 @@ def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bo
     from psycopg import sql
 
     from decoder.slot import slot_info
-    from snapshot_builder.load_state import COMPLETE, LoadStateStore
+    from loads.load_state import COMPLETE, LoadStateStore
 
     store = LoadStateStore(_paths(settings)[2])
     state = store.load()
@@ -669,7 +669,7 @@ def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bo
 
 def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
     """Write a signal row; the running pgcdc (run --incremental-snapshots) acts on it."""
-    from snapshot_builder.incremental import check_request, install_signal_table, send_signal
+    from loads.incremental import check_request, install_signal_table, send_signal
 
     dsn, publication = settings.source.conninfo(), settings.source.publication
     kind = args.action or "execute-snapshot"
@@ -775,7 +775,7 @@ def _sink(settings: Settings) -> Sink:
 
 def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
     """``pgcdc snapshot --lake``: the initial load straight into Delta (streaming/bulk_load.py)."""
-    from snapshot_builder.initial_load import LoadConfig
+    from loads.initial_load import LoadConfig
     from streaming.bulk_load import load_lake
 
     _preflight(settings)
@@ -832,7 +832,7 @@ def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool
     is unfinished."""
     from functools import partial
 
-    from snapshot_builder.initial_load import InitialLoad, LoadConfig, run_until_signalled
+    from loads.initial_load import InitialLoad, LoadConfig, run_until_signalled
 
     progress_file, catalog_dir, state_file = _paths(settings)
     source = settings.source

@@ -47,6 +47,8 @@ from decoder.slot import (
 )
 from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.transfer import choose_binary
+from loads.incremental import PREFIX as WATERMARK_PREFIX
+from loads.incremental import IncrementalSnapshots
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.memory import Trimmer
@@ -61,8 +63,6 @@ from snapshot_builder import ddl
 from snapshot_builder.builder import BuilderState, SnapshotBuilder
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile
-from snapshot_builder.incremental import PREFIX as WATERMARK_PREFIX
-from snapshot_builder.incremental import IncrementalSnapshots
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class Pipeline:
                  incremental: IncrementalSnapshots | None = None) -> None:
         self.config = config
         self.sink = sink
-        # incremental snapshots (snapshot_builder/incremental.py): sees every event and watermark
+        # incremental snapshots (loads/incremental.py): sees every event and watermark
         self._incremental = incremental
         self.builder = SnapshotBuilder()
         self.progress = Progress()
@@ -776,7 +776,7 @@ class Pipeline:
         old values downstream, so each published one is read again by an incremental
         snapshot (its read events carry the new values).  Requested before the commit is
         acknowledged, so a crash in between requests it again.  A table without a key is
-        read whole (a truncate, then every row; see snapshot_builder/incremental.py)."""
+        read whole (a truncate, then every row; see loads/incremental.py)."""
         for oid, reason in sorted(rewritten.items()):
             table = self.builder.table(oid)
             if table is None:

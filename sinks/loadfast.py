@@ -1,6 +1,6 @@
 """The initial load's fast path: COPY rows straight to Kafka as Avro read events.
 
-A load worker (snapshot_builder/load_worker.py) writing to a plain :class:`~sinks.kafka.
+A load worker (loads/load_worker.py) writing to a plain :class:`~sinks.kafka.
 KafkaSink` in Avro hands each COPY text line to :mod:`sinks._loadfast` (compiled), which
 writes the read event's key and value, the same bytes :class:`~sinks.avro.AvroEncoder`
 gives for the event the slow path builds (tests/unit/test_loadfast.py), and produces it

@@ -3,7 +3,7 @@
 Debezium marks the read events of a snapshot ``"first"`` (the snapshot's first record),
 ``"last"`` (its last record: Debezium holds one record back and marks it when the snapshot
 ends, whatever table it came from) and ``"true"`` (every other one); streamed events say
-``"false"``.  The initial load (snapshot_builder/initial_load.py, read_marks.py) hands its
+``"false"``.  The initial load (loads/initial_load.py, read_marks.py) hands its
 first and last read events to the sink as a :class:`FirstRead` or a :class:`LastRead`: the
 same event, of a subclass that says its mark, so every other event costs nothing more (the
 compiled encoders leave an event of a subclass of :class:`~decoder.change.ChangeEvent` to
@@ -41,7 +41,7 @@ class LastRead(MarkedRead):
 
 
 class IncrementalRead(MarkedRead):
-    """A read of an incremental snapshot (snapshot_builder/incremental.py), as Debezium marks
+    """A read of an incremental snapshot (loads/incremental.py), as Debezium marks
     the reads of its incremental snapshots."""
 
     __slots__ = ()

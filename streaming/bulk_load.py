@@ -3,7 +3,7 @@ slot's exported snapshot and write Delta, without passing through Kafka.
 
 ``pgcdc snapshot --lake URI`` runs it; ``pgcdc run`` then streams from the slot's consistent
 point and ``pgcdc spark`` applies only the changes after it.  Everything around the reading
-is the initial load's (snapshot_builder/initial_load.py, which :class:`LakeLoad` extends):
+is the initial load's (loads/initial_load.py, which :class:`LakeLoad` extends):
 the slot created with an exported snapshot, the catalog history started at its consistent
 point (as ``pgcdc run --initial-load`` starts it), the checks that no table changed between
 the snapshot and the locks, the chunk plan (page ranges by ``ctid``) and the state file.
@@ -28,7 +28,7 @@ What differs:
 
 Positions: every loaded row carries the initial load's read position, ``commit_lsn`` the
 consistent point minus one and the ordinal of (generation, chunk, row)
-(:func:`snapshot_builder.load_state.ordinal`), so every streamed change sorts after it and
+(:func:`loads.load_state.ordinal`), so every streamed change sorts after it and
 wins in the apply's guarded MERGE.  A keyless table (streaming/multiset.py) gets its rows
 numbered by occurrence (1..c per content) and the table property ``pgcdc.loadedAt``; the
 stream then counts only its changes.  The lake table is created as the stream creates it
@@ -38,7 +38,7 @@ Resume: a load cut short (killed, stopped, an error) continues table by table.  
 whose commit exists (found by its ``userMetadata`` in the Delta history) is complete, even
 if the state file did not record it yet; the others are read again, in full, under a new
 snapshot (the exported one died with the load): for a table with a key that is exact, for
-the reasons snapshot_builder/initial_load.py gives (every streamed change sorts after every
+the reasons loads/initial_load.py gives (every streamed change sorts after every
 read).  A keyless table is not: a row inserted after the consistent point and visible to
 the new snapshot would be counted by the read and again by the stream, so a keyless table
 is only loaded under the slot's own snapshot; keyless tables are loaded first, and a resume
@@ -66,12 +66,7 @@ from core.errors import TerminalError, TransientError
 from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from sinks.avro import field_name
-from sinks.envelope import text_of
-from sinks.kafka import topic_name
-from sinks.null import NullSink
-from snapshot_builder.catalog import TableVersion
-from snapshot_builder.chunk_reader import (
+from loads.chunk_reader import (
     ChunkTask,
     begin_in_snapshot,
     chunk_too_large,
@@ -79,16 +74,21 @@ from snapshot_builder.chunk_reader import (
     lock_tables,
     row_builder,
 )
-from snapshot_builder.initial_load import (
+from loads.initial_load import (
     InitialLoad,
     LoadConfig,
     _lock_error,
     _Snapshot,
     run_until_signalled,
 )
-from snapshot_builder.load_progress import LoadProgress
-from snapshot_builder.load_state import MAX_CHUNK_ROWS, ChunkState, LoadState, ordinal
-from snapshot_builder.published import PublishedTable
+from loads.load_progress import LoadProgress
+from loads.load_state import MAX_CHUNK_ROWS, ChunkState, LoadState, ordinal
+from loads.published import PublishedTable
+from sinks.avro import field_name
+from sinks.envelope import text_of
+from sinks.kafka import topic_name
+from sinks.null import NullSink
+from snapshot_builder.catalog import TableVersion
 from streaming import multiset
 from streaming.apply import META_COLUMNS, shape, table_path
 from streaming.evolution import evolve, quote, set_properties, table_exists
@@ -240,7 +240,7 @@ def lake_rows(events: Any, spec: TableSpec) -> Any:
 
 
 class LakeLoad(InitialLoad):
-    """The initial load (snapshot_builder/initial_load.py) with Spark reading the chunks and
+    """The initial load (loads/initial_load.py) with Spark reading the chunks and
     writing Delta (module docstring)."""
 
     def __init__(self, config: LoadConfig, spark: Any, lake: str, *,

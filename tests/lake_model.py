@@ -44,11 +44,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from psycopg import sql
 
 from decoder.slot import current_wal_lsn
+from loads.incremental import IncrementalSnapshots
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink
-from snapshot_builder.incremental import IncrementalSnapshots
 from streaming import job
 from streaming.apply import table_path
 from tests.fixtures.fix_pg import _database

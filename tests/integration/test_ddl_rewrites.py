@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 from decoder.slot import current_wal_lsn
+from loads.incremental import IncrementalSnapshots
 from pgcdc.clone import compare, lake_rows, source_rows
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
-from snapshot_builder.incremental import IncrementalSnapshots
 from streaming import job
 from tests.running import running, wait
 

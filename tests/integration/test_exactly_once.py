@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 from core import failpoints
 from decoder.slot import current_wal_lsn, slot_info
+from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import topic_name
 from sinks.kafka_txn import (
@@ -29,7 +30,6 @@ from sinks.kafka_txn import (
     offsets_topic,
     read_committed_lsn,
 )
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from tests.oracle import PgcdcProcess, Verdict, Writer, read_topic, verify
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -1,4 +1,4 @@
-"""Incremental snapshots while streaming (snapshot_builder/incremental.py) against a real
+"""Incremental snapshots while streaming (loads/incremental.py) against a real
 PostgreSQL: a table that was never loaded is read in chunks while writers hammer the same keys,
 and the stream folded by key in (commit_lsn, ordinal) order equals the source; pause, resume,
 cancel; a table without a primary key; a restart in the middle continues.
@@ -23,8 +23,7 @@ import pytest
 
 from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn
-from pgcdc.pipeline import Pipeline, PipelineConfig
-from snapshot_builder.incremental import (
+from loads.incremental import (
     ChangedKeys,
     IncrementalSnapshotError,
     IncrementalSnapshots,
@@ -33,6 +32,7 @@ from snapshot_builder.incremental import (
     check_request,
     send_signal,
 )
+from pgcdc.pipeline import Pipeline, PipelineConfig
 from tests.recording_sink import RecordingSink
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -466,7 +466,7 @@ def test_an_interrupted_initial_load_is_completed_while_streaming(
     import sys
 
     from core import failpoints
-    from snapshot_builder.load_state import LoadStateStore
+    from loads.load_state import LoadStateStore
     from tests.oracle import PgcdcProcess, read_topic
 
     rows = 20_000

@@ -19,11 +19,11 @@ import pytest
 from core import failpoints
 from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn, slot_info
+from loads.initial_load import InitialLoad, LoadConfig
+from loads.load_state import CHUNK_BITS, ROW_BITS, LoadStateStore
 from pgcdc.cli import EXIT_TRANSIENT
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, topic_name
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
-from snapshot_builder.load_state import CHUNK_BITS, ROW_BITS, LoadStateStore
 from tests.oracle import Writer, read_topic
 from tests.recording_sink import RecordingSink
 

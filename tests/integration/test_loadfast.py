@@ -19,10 +19,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from loads.initial_load import InitialLoad, LoadConfig
 from sinks import loadfast as loadfast_module
 from sinks.kafka import KafkaSink, topic_name
 from sinks.loadfast import FastLoad, copy_lines, libpq_path
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from tests.oracle import raw_records, read_topic
 
 Conn = psycopg.Connection[tuple[object, ...]]

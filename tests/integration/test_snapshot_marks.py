@@ -1,4 +1,4 @@
-"""The initial load marks its read events as Debezium does (snapshot_builder/read_marks.py):
+"""The initial load marks its read events as Debezium does (loads/read_marks.py):
 ``source.snapshot`` is ``first`` for the load's first read, ``last`` for its last, ``true``
 for every other one, with reader threads and with worker processes (the compiled Avro path
 and JSON's Python path), across tables and chunks; ``last`` is the last read of its topic
@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from decoder.change import READ
+from loads.initial_load import InitialLoad, LoadConfig
 from sinks.debezium_json import JsonOptions
 from sinks.kafka import KafkaSink, topic_name
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from tests.oracle import read_topic
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -18,11 +18,11 @@ import pytest
 
 from core.failpoints import EXIT_CODE
 from decoder.slot import current_wal_lsn, slot_info
+from loads.initial_load import LoadConfig
+from loads.load_state import plan_chunks
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
-from snapshot_builder.initial_load import LoadConfig
-from snapshot_builder.load_state import plan_chunks
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.bulk_load import LakeNotEmptyError, load_lake, marker
@@ -209,7 +209,7 @@ def test_lake_load_killed_between_tables_resumes(
 
 
 def marker_of(state: dict[str, Any], name: str) -> str:
-    from snapshot_builder.load_state import LoadState
+    from loads.load_state import LoadState
 
     loaded = LoadState.from_json(state)
     oid = next(oid for oid, t in loaded.tables.items() if t.name == name)

@@ -19,10 +19,10 @@ import pytest
 from psycopg import sql
 
 from decoder.slot import current_wal_lsn
+from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, catalog_history_topic, table_topic_pattern
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from streaming import job
 from streaming.apply import apply_batch, table_path
 from streaming.ownership import archive_path

@@ -15,11 +15,11 @@ import psycopg
 import pytest
 
 from decoder.slot import current_wal_lsn
+from loads.incremental import IncrementalSnapshots, send_signal
+from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
-from snapshot_builder.incremental import IncrementalSnapshots, send_signal
-from snapshot_builder.initial_load import InitialLoad, LoadConfig
 from streaming import evolution, job, multiset
 from streaming.apply import apply_batch, parse_envelopes
 from streaming.multiset import APPLIED_PROPERTY, OCCURRENCE

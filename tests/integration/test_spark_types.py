@@ -49,10 +49,10 @@ import pytest
 from psycopg import sql
 
 from decoder.slot import current_wal_lsn
+from loads.published import fetch_published_tables
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink, table_topic_pattern
-from snapshot_builder.published import fetch_published_tables
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.evolution import quote
@@ -569,7 +569,7 @@ class _Unused:
 
 def test_an_initial_load_names_domain_base_types(pg_conn: Conn) -> None:
     """The initial load and incremental snapshots publish the tables the snapshot's catalog
-    describes (snapshot_builder/published.py): their domain columns name their base types
+    describes (loads/published.py): their domain columns name their base types
     too, so the load's catalog record types them as the stream's does."""
     _create_lossy(pg_conn)
     pg_conn.execute("CREATE PUBLICATION lossy_pub FOR TABLE lossy")

@@ -13,9 +13,9 @@ import pytest
 
 from decoder.change import ChangeEvent
 from decoder.values import Interval, Range
+from loads.load_state import LoadState
 from sinks.avro import AvroEncoder, decode_value, field_name
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.load_state import LoadState
 from streaming.bulk_load import avro_row, marker, spec_of
 from streaming.multiset import keyless
 

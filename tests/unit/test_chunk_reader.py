@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from decoder.change import RowDecoder
 from decoder.values import TypeRegistry
+from loads.chunk_reader import row_builder
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.chunk_reader import row_builder
 
 _REGISTRY = TypeRegistry()
 _REGISTRY.register_enum(90001, name="mood")

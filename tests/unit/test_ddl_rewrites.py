@@ -87,7 +87,7 @@ def test_a_table_outside_the_publication_is_left_alone() -> None:
 
 
 def test_a_table_rewritten_while_it_is_read_is_read_again_after() -> None:
-    from snapshot_builder.incremental import IncrementalSnapshots
+    from loads.incremental import IncrementalSnapshots
     from tests.recording_sink import RecordingSink
 
     snapshots = IncrementalSnapshots("dbname=none", RecordingSink())  # never started

@@ -1,4 +1,4 @@
-"""A keyless table read whole (snapshot_builder/incremental.py): what the main loop writes at
+"""A keyless table read whole (loads/incremental.py): what the main loop writes at
 HIGH, and how the keyless path of the lake counts it (streaming/multiset.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 from decoder.change import READ, TRUNCATE, ChangeEvent, RowDecoder
-from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.incremental import (
+from loads.incremental import (
     Chunk,
     IncrementalSnapshots,
     Visibility,
@@ -16,8 +15,9 @@ from snapshot_builder.incremental import (
     _whole,
     whole_query,
 )
-from snapshot_builder.published import PublishedTable
-from snapshot_builder.signals import Job
+from loads.published import PublishedTable
+from loads.signals import Job
+from snapshot_builder.catalog import Column, TableVersion
 from streaming.multiset import Count, Event, net_changes
 from tests.recording_sink import RecordingSink
 

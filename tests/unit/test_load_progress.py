@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapshot_builder.load_progress import LoadProgress, TableProgress
+from loads.load_progress import LoadProgress, TableProgress
 
 
 def test_lines_show_rows_bytes_and_chunks_of_each_loading_table() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from snapshot_builder.load_state import (
+from loads.load_state import (
     MAX_CHUNK_ROWS,
     ChunkState,
     Generation,

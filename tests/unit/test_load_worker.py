@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from loads.chunk_reader import Halted
+from loads.load_worker import WorkerSetup, _Reader
 from sinks.null import NullSink
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.chunk_reader import Halted
 from snapshot_builder.generation import SharedGeneration
-from snapshot_builder.load_worker import WorkerSetup, _Reader
 
 TABLE = TableVersion(7, "public", "t", "d", (Column("id", 23, "int4", -1, True),
                                            Column("note", 25, "text", -1, False)))
@@ -60,8 +60,8 @@ def test_a_halt_stops_the_next_batch() -> None:
 
 def test_an_error_that_does_not_pickle_keeps_its_text_and_its_kind() -> None:
     from core.errors import TerminalError, TransientError
+    from loads.load_worker import _portable
     from sinks.kafka import KafkaUnreachableError
-    from snapshot_builder.load_worker import _portable
 
     class Odd(TerminalError):
         def __init__(self, a: int, b: int) -> None:

@@ -1,7 +1,7 @@
 """The initial load's compiled fast path (sinks/_loadfast.c) writes the bytes of the slow path.
 
 The oracle is the slow path itself: a COPY text line parsed into its fields, built into a
-row (snapshot_builder/chunk_reader.row_builder), made a read event and encoded by
+row (loads/chunk_reader.row_builder), made a read event and encoded by
 sinks/avro.py's AvroEncoder.  Lines are generated as PostgreSQL prints values (with the
 replication session's settings), edge values included; tests/integration/test_loadfast.py
 does the same with lines from a real server.  No broker: the producer is never asked to
@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from decoder.change import READ, ChangeEvent, RowDecoder
 from decoder.values import TypeRegistry
+from loads.chunk_reader import row_builder
 from sinks.avro import AvroEncoder
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.chunk_reader import row_builder
 
 # The compiled module is optional (setup.py builds it only where a C compiler exists; pgcdc
 # then loads through the Python path, which these tests compare against), and it needs the

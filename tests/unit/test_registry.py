@@ -164,7 +164,7 @@ def test_the_initial_loads_compiled_path_writes_the_same_framed_bytes() -> None:
         pytest.skip("sinks._loadfast is not built (no C compiler) or no librdkafka")
     from decoder.change import READ, RowDecoder
     from decoder.values import TypeRegistry
-    from snapshot_builder.chunk_reader import row_builder
+    from loads.chunk_reader import row_builder
 
     producer = loadfast._loadfast.Producer(  # noqa: SLF001
         loadfast.librdkafka_path(), [("bootstrap.servers", "127.0.0.1:9"), ("log_level", "0")])

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from decoder.change import READ, ChangeEvent
+from loads.read_marks import copy_fields
 from sinks.avro import AvroEncoder, value_schema
 from sinks.debezium_json import JsonOptions
 from sinks.envelope import JsonEncoder
@@ -25,7 +26,6 @@ from sinks.snapshot_marks import (
     mark,
     snapshot_of,
 )
-from snapshot_builder.read_marks import copy_fields
 from tests.unit.test_debezium_json import ROW, TABLE
 
 READ_EVENT = ChangeEvent(READ, TABLE, None, ROW, (), 90, 90, 7, 0, 700_000_000)

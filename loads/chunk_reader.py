@@ -23,8 +23,8 @@ import psycopg
 from psycopg import sql
 
 from decoder.change import READ, ChangeEvent, RowDecoder
-from snapshot_builder.load_state import MAX_CHUNK_ROWS, ChunkState, ordinal
-from snapshot_builder.published import PublishedTable
+from loads.load_state import MAX_CHUNK_ROWS, ChunkState, ordinal
+from loads.published import PublishedTable
 
 Conn = psycopg.Connection[tuple[object, ...]]
 

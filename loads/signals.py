@@ -3,7 +3,7 @@
 ``pgcdc.signal (id, type, data)`` holds requests with Debezium's types: ``execute-snapshot``
 (``{"tables": [...], "from_key": [...], "to_key": [...], "surrogate_key": [...]}``),
 ``pause-snapshot``, ``resume-snapshot``, ``stop-snapshot`` (``{"tables": [...]}``, none: all).
-The running pgcdc polls it (snapshot_builder/incremental.py) and keeps, in a JSON file replaced
+The running pgcdc polls it (loads/incremental.py) and keeps, in a JSON file replaced
 atomically, the requests, how far each got (the last key whose chunk is durable), whether it is
 paused and the last signal applied.
 """

@@ -55,11 +55,8 @@ from core.errors import TerminalError, TransientError
 from decoder.change import READ, ChangeEvent, RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from sinks.loadfast import FastLoad, copy_lines
-from sinks.sink import Sink
-from snapshot_builder import read_marks
-from snapshot_builder.catalog import TableVersion
-from snapshot_builder.chunk_reader import (
+from loads import read_marks
+from loads.chunk_reader import (
     ChunkTask,
     Halted,
     begin_in_snapshot,
@@ -69,9 +66,12 @@ from snapshot_builder.chunk_reader import (
     lock_tables,
     row_builder,
 )
+from loads.load_state import MAX_CHUNK_ROWS, ordinal
+from loads.read_marks import DONE, FirstClaim
+from sinks.loadfast import FastLoad, copy_lines
+from sinks.sink import Sink
+from snapshot_builder.catalog import TableVersion
 from snapshot_builder.generation import GenerationCache, SharedGeneration
-from snapshot_builder.load_state import MAX_CHUNK_ROWS, ordinal
-from snapshot_builder.read_marks import DONE, FirstClaim
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ Triggers are rows of ``pgcdc.signal (id, type, data)`` that the thread polls eve
 ``poll_interval`` seconds: ``execute-snapshot`` (``{"tables": [...], "from_key": [...],
 "to_key": [...], "surrogate_key": [...]}``), ``pause-snapshot``, ``resume-snapshot``,
 ``stop-snapshot`` (``{"tables": [...]}`` or every table); they and the state file (jobs, the
-last key read durably, paused, the last signal applied) are in snapshot_builder/signals.py. A
+last key read durably, paused, the last signal applied) are in loads/signals.py. A
 chunk counts as done only once the sink made its read events durable, so a restart continues
 after the last durable chunk.
 """
@@ -59,12 +59,8 @@ from decoder.lsn import format_lsn
 from decoder.replication import SESSION_OPTIONS, now_pg_micros
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from sinks.sink import Sink
-from sinks.snapshot_marks import IncrementalRead
-from snapshot_builder import ddl
-from snapshot_builder.catalog import TableVersion
-from snapshot_builder.published import PublishedTable, fetch_published_tables
-from snapshot_builder.signals import (
+from loads.published import PublishedTable, fetch_published_tables
+from loads.signals import (
     SIGNALS,
     IncrementalSnapshotError,
     Job,
@@ -73,6 +69,10 @@ from snapshot_builder.signals import (
     install_signal_table,
     send_signal,
 )
+from sinks.sink import Sink
+from sinks.snapshot_marks import IncrementalRead
+from snapshot_builder import ddl
+from snapshot_builder.catalog import TableVersion
 
 __all__ = ["PREFIX", "SIGNALS", "ChangedKeys", "IncrementalSnapshotError", "IncrementalSnapshots",
            "Job", "State", "StateStore", "Visibility", "check_request", "install_signal_table",

@@ -9,7 +9,7 @@ decided as they are written:
   one).  Reader threads hand their batches to it; it holds the final event of the latest
   chunk that ended with one and writes the event it held before.  A worker holds the
   first row of each chunk (the head), writes the rest and sends the head with its
-  :class:`~snapshot_builder.load_worker.Done`; this process writes the head it held
+  :class:`~loads.load_worker.Done`; this process writes the head it held
   before into its own sink.  A chunk whose event is held is not recorded done until
   that event is durable.  When every chunk of the load is done and nothing failed or
   stopped, the held event is written ``last`` and made durable: every other read of the
@@ -36,8 +36,8 @@ import time
 from typing import Any
 
 from decoder.change import ChangeEvent
+from loads.chunk_reader import Halted
 from sinks.snapshot_marks import FirstRead, LastRead, mark
-from snapshot_builder.chunk_reader import Halted
 
 DUE, CLAIMED, DONE = 0, 1, 2  # the states of FirstClaim
 

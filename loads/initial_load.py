@@ -8,7 +8,7 @@ Generation 0 (the slot does not exist yet):
    REPEATABLE READ; SET TRANSACTION SNAPSHOT``) and reads the catalog baseline:
    every published table's version, storage and size, and the custom types;
 3. the readers import it too and lock every table to load in ACCESS SHARE mode:
-   ``workers`` processes (snapshot_builder/load_worker.py), each with one
+   ``workers`` processes (loads/load_worker.py), each with one
    connection and its own sink, or with ``workers=0`` ``readers`` connections read
    by threads of this process; only once every one of them imported the snapshot
    the replication connection closes (the export lives only while it is open);
@@ -19,7 +19,7 @@ Generation 0 (the slot does not exist yet):
    of the tables in text format, decoded by the stream's own decoders
    (:class:`~decoder.change.RowDecoder` over a
    :class:`~decoder.values.TypeRegistry` read under the snapshot, with the
-   replication session's settings; see snapshot_builder/chunk_reader.py); a worker
+   replication session's settings; see loads/chunk_reader.py); a worker
    writes its events to its own sink, reader threads hand theirs through a bounded
    queue to the calling thread, which writes them to the sink given;
 6. after each chunk, the sink that wrote it is made durable (``end_transaction``
@@ -99,12 +99,8 @@ from decoder.slot import (
 )
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
-from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
-from pgcdc.restart import StateFiles, start_over
-from sinks.sink import Sink
-from snapshot_builder import ddl, read_marks
-from snapshot_builder.builder import SnapshotBuilder
-from snapshot_builder.chunk_reader import (
+from loads import read_marks
+from loads.chunk_reader import (
     Batch,
     ChunkTask,
     Failed,
@@ -112,9 +108,8 @@ from snapshot_builder.chunk_reader import (
     lock_tables,
     read_chunks,
 )
-from snapshot_builder.history import HistoryFile
-from snapshot_builder.load_progress import LoadProgress, TableProgress
-from snapshot_builder.load_state import (
+from loads.load_progress import LoadProgress, TableProgress
+from loads.load_state import (
     COMPLETE,
     MAX_GENERATIONS,
     Generation,
@@ -126,9 +121,15 @@ from snapshot_builder.load_state import (
     max_chunk_pages,
     plan_chunks,
 )
-from snapshot_builder.load_worker import SinkFactory, WorkerPool, WorkerSetup
-from snapshot_builder.published import PublishedTable, block_size, fetch_published_tables
-from snapshot_builder.read_marks import FirstClaim, HeldRead
+from loads.load_worker import SinkFactory, WorkerPool, WorkerSetup
+from loads.published import PublishedTable, block_size, fetch_published_tables
+from loads.read_marks import FirstClaim, HeldRead
+from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
+from pgcdc.restart import StateFiles, start_over
+from sinks.sink import Sink
+from snapshot_builder import ddl
+from snapshot_builder.builder import SnapshotBuilder
+from snapshot_builder.history import HistoryFile
 
 log = logging.getLogger(__name__)
 
