@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -106,3 +108,32 @@ def test_typed_records_through_the_registry_across_alters(
     assert len(topics.versions(f"{topic}-value")) == 3
     assert len(topics.versions(f"{topic}-key")) == 1
 
+
+
+@pytest.mark.spark
+def test_the_spark_job_refuses_typed_records(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``pgcdc spark`` does not apply typed Avro yet: it stops on the batch, naming the table
+    and the fix, before writing anything of it (never wrong values)."""
+    from pgcdc import cli
+
+    pg_conn.execute("CREATE TABLE typed (id int PRIMARY KEY, amount numeric(12,3), d date)")
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix,
+                     logical=LogicalTypes.reading(pg_dsn))
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.typed"]), sink)
+    pipeline.prepare()
+    pg_conn.execute("INSERT INTO typed SELECT g, g * 1.5, '2024-01-01' FROM "
+                    "generate_series(1, 5) g")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+    sink.close()
+    lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
+    code = cli.main(["spark", "--bootstrap-servers", kafka_servers, "--topic-prefix",
+                     topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
+                     "--available-now", "--spark-log", str(tmp_path / "spark.log")])
+    err = capsys.readouterr().err
+    assert code == 3  # terminal: a person has to act
+    assert "public.typed" in err and "--avro-types logical" in err and \
+        "--avro-types text" in err, err
+    table = tmp_path / "lake" / "public.typed"
+    assert not table.exists() or spark.read.format("delta").load(table.as_uri()).count() == 0
