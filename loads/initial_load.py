@@ -83,12 +83,14 @@ from core import failpoints
 from core.errors import TerminalError, TransientError
 from decoder.change import ChangeEvent, RowDecoder
 from decoder.errors import SlotInUseError
+from decoder.progress import DataLossError, ProgressStore, check_against_slot
 from decoder.replication import (
     SESSION_OPTIONS,
     ReplicationConnection,
     identify_system,
     now_pg_micros,
 )
+from decoder.restart import StateFiles, start_over
 from decoder.slot import (
     SlotInfo,
     check_identity,
@@ -124,8 +126,6 @@ from loads.load_state import (
 from loads.load_worker import SinkFactory, WorkerPool, WorkerSetup
 from loads.published import PublishedTable, block_size, fetch_published_tables
 from loads.read_marks import FirstClaim, HeldRead
-from pgcdc.progress import DataLossError, ProgressStore, check_against_slot
-from pgcdc.restart import StateFiles, start_over
 from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import SnapshotBuilder

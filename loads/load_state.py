@@ -1,7 +1,7 @@
 """The initial load's state on disk: the chunk plan, which chunks are durable, at which snapshot.
 
 One JSON file per slot, replaced atomically (write, fsync, rename, fsync the
-folder, as :mod:`pgcdc.progress` does).  Order of acknowledgement during the load:
+folder, as :mod:`decoder.progress` does).  Order of acknowledgement during the load:
 the chunk's events are durable in the sink -> the chunk is recorded done here.
 Nothing is ever flushed to PostgreSQL during the load: the slot stays at its
 consistent point until streaming starts.

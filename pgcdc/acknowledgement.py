@@ -41,7 +41,7 @@ import psycopg
 
 from core import failpoints
 from core.errors import TerminalError
-from pgcdc.progress import ProgressStore, StoredProgress
+from decoder.progress import ProgressStore, StoredProgress
 from sinks.sink import Sink
 
 if TYPE_CHECKING:

@@ -28,9 +28,9 @@ from pgcdc.config import Settings, load_settings, redact_dsn
 from pgcdc.start_checks import PrivilegeError
 
 if TYPE_CHECKING:
+    from decoder.restart import StateFiles
     from loads.incremental import IncrementalSnapshots
     from pgcdc.pipeline import Pipeline
-    from pgcdc.restart import StateFiles
     from pgcdc.status_line import StatusLine
     from sinks.avro_logical import LogicalTypes
     from sinks.sink import Sink
@@ -374,7 +374,7 @@ def _paths(settings: Settings) -> tuple[Path, Path, Path]:
 
 def _state_files(settings: Settings) -> StateFiles:
     """Every state file of the slot: named together when a start over needs them gone."""
-    from pgcdc.restart import StateFiles
+    from decoder.restart import StateFiles
 
     progress_file, catalog_dir, load_state = _paths(settings)
     incremental = settings.state.incremental_state or \
@@ -920,7 +920,7 @@ def _slot(settings: Settings, args: argparse.Namespace) -> int:
         print(f'dropped replication slot "{slot}"')
         if args.all:
             _uninstall(conn)
-    from pgcdc.restart import start_over
+    from decoder.restart import start_over
 
     files = _state_files(settings)
     if files.progress_file is not None and files.progress_file.exists():

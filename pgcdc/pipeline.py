@@ -38,7 +38,9 @@ from decoder.change import (
 )
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
+from decoder.progress import ProgressStore, check_against_slot
 from decoder.replication import ReplicationConnection, XLogData, identify_system
+from decoder.restart import StateFiles, start_over
 from decoder.slot import (
     check_wal_level,
     drop_slot,
@@ -52,8 +54,6 @@ from loads.incremental import IncrementalSnapshots
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.memory import Trimmer
-from pgcdc.progress import ProgressStore, check_against_slot
-from pgcdc.restart import StateFiles, start_over
 from pgcdc.row_decoders import RowDecoders
 from pgcdc.sink_watch import SinkWatch
 from pgcdc.start_checks import checked_publication
@@ -98,7 +98,7 @@ class PipelineConfig:
     progress_file: Path | None = None  # where the durable position is stored; None: nowhere
     catalog_dir: Path | None = None  # the persisted catalog history; None: in memory only
     # the initial load's and incremental snapshots' state files, named with the progress file
-    # and catalog folder when changes were lost (pgcdc/restart.py)
+    # and catalog folder when changes were lost (decoder/restart.py)
     load_state: Path | None = None
     incremental_state: Path | None = None
     capture_ddl: bool = True  # install the DDL event trigger when allowed (needs superuser)

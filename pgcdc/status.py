@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 
 from decoder.lsn import format_lsn
+from decoder.progress import ProgressStore
+from decoder.restart import StateFiles, start_over
 from decoder.slot import slot_info
-from pgcdc.progress import ProgressStore
-from pgcdc.restart import StateFiles, start_over
 from snapshot_builder.history import CatalogGapError, CatalogHistory, HistoryFile
 
 

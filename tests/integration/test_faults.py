@@ -32,8 +32,8 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from psycopg import sql
 
+from decoder.progress import ProgressStore
 from decoder.slot import current_wal_lsn, slot_info
-from pgcdc.progress import ProgressStore
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.ports import free_port
 from pgcdc.services.postgres import PostgresServer

@@ -61,9 +61,9 @@ def test_a_pipeline_only_prepared_holds_no_lock(pg_conn: Conn, pg_dsn: str,
                                                 tmp_path: Path) -> None:
     """prepare() alone (to create the slot) releases the lock when it is done; run() takes it
     for as long as it streams."""
+    from decoder.progress import ProgressLockedError
     from decoder.slot import current_wal_lsn
     from pgcdc.pipeline import Pipeline, PipelineConfig
-    from pgcdc.progress import ProgressLockedError
     from tests.recording_sink import RecordingSink
 
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")

@@ -21,7 +21,7 @@ import signal
 
 import pytest
 
-from pgcdc.progress import ProgressStore
+from decoder.progress import ProgressStore
 from tests.integration.test_faults import (  # noqa: F401 (fixtures)
     Rig,
     _stderr,

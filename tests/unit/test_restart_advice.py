@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from decoder.progress import DataLossError, SlotLostError, StoredProgress, check_against_slot
+from decoder.restart import StateFiles, start_over
 from decoder.slot import SlotInfo
-from pgcdc.progress import DataLossError, SlotLostError, StoredProgress, check_against_slot
-from pgcdc.restart import StateFiles, start_over
 from pgcdc.status import LOST, progress_check
 
 

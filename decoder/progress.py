@@ -25,8 +25,8 @@ from typing import IO
 
 from core.errors import TerminalError
 from decoder.lsn import format_lsn
+from decoder.restart import StateFiles, start_over
 from decoder.slot import SlotInfo
-from pgcdc.restart import StateFiles, start_over
 
 
 class DataLossError(TerminalError):
