@@ -163,7 +163,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         known = {a: n for a, n in known.items() if n not in gone or a in identities}
     if identities:
         renamed = _rename(spark, target, spec, present, known, versions or [], properties)
-        changed = renamed != present
+        changed = changed or renamed != present
         present = renamed
         merged = dict(known, **identities)
         if merged != stored:
