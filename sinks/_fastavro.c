@@ -26,6 +26,12 @@
 static PyObject *DecimalType;
 
 enum { AVRO_BOOLEAN, AVRO_INT, AVRO_LONG, AVRO_FLOAT, AVRO_DOUBLE, AVRO_BYTES, AVRO_STRING };
+/* typed Avro's columns (--avro-types logical, sinks/avro_logical.py KINDS): a date, a
+ * timestamp without and with zone (UTC), a time, in microseconds; an array of ints or
+ * longs; a decimal(p,s) as AVRO_DECIMAL + p * 64 + s.  What these cases do not take (text
+ * the decoder kept, a NaN, a nested array, ...) goes to the column's Python writer. */
+enum { AVRO_DATE = 7, AVRO_TIMESTAMP_LOCAL, AVRO_TIMESTAMP_UTC, AVRO_TIME, AVRO_INT_ARRAY,
+       AVRO_LONG_ARRAY, AVRO_DECIMAL = 1000 };
 
 #include "_avrobuf.h"
 
@@ -197,6 +203,167 @@ put_string_column(Buf *b, Buf *scratch, PyObject *value, PyObject *text_of)
     return rc;
 }
 
+
+/* --- typed Avro's values ------------------------------------------------------------- */
+
+/* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil) */
+static int64_t
+days_from_civil(int64_t y, int64_t m, int64_t d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int
+put_long_branch(Buf *b, int64_t n)
+{
+    if (put_byte(b, 2) < 0 || put_varint(b, zigzag(n)) < 0)
+        return -1;
+    return 1;
+}
+
+/* a decimal(p,s) from str(Decimal): digits with exactly s after the point, at most 18
+ * and at most p significant ones; 0 for anything else (NaN, an exponent, more digits) */
+static int
+put_decimal(Buf *b, PyObject *value, int precision, int scale)
+{
+    if (Py_TYPE(value) != (PyTypeObject *)DecimalType)
+        return 0;
+    PyObject *text = PyObject_Str(value);
+    if (text == NULL)
+        return -1;
+    Py_ssize_t size;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &size);
+    if (s == NULL) {
+        Py_DECREF(text);
+        return -1;
+    }
+    Py_ssize_t i = 0;
+    int negative = 0, fraction = -1, digits = 0, ok = 1;
+    int64_t n = 0;
+    if (i < size && s[i] == '-') {
+        negative = 1;
+        i++;
+    }
+    if (i == size)
+        ok = 0;
+    for (; i < size && ok; i++) {
+        char c = s[i];
+        if (c == '.' && fraction < 0) {
+            fraction = 0;
+            continue;
+        }
+        if (c < '0' || c > '9') {
+            ok = 0;
+            break;
+        }
+        if (fraction >= 0)
+            fraction++;
+        if (n != 0 || c != '0')
+            digits++;
+        if (digits > 18 || digits > precision) {
+            ok = 0;
+            break;
+        }
+        n = n * 10 + (c - '0');
+    }
+    Py_DECREF(text);
+    if (!ok || (fraction < 0 ? 0 : fraction) != scale)
+        return 0;
+    if (negative)
+        n = -n;
+    int k = 1;
+    while (k < 8 && !(n >= -((int64_t)1 << (8 * k - 1)) && n < ((int64_t)1 << (8 * k - 1))))
+        k++;
+    unsigned char raw[10];
+    raw[0] = 2;
+    raw[1] = (unsigned char)(k << 1);
+    for (int j = 0; j < k; j++)
+        raw[2 + j] = (unsigned char)((uint64_t)n >> (8 * (k - 1 - j)));
+    return put(b, raw, 2 + k) < 0 ? -1 : 1;
+}
+
+/* an array of ints or longs, each item null or a number; 0 (nothing written) when an
+ * item is anything else (a nested array: the Python writer) */
+static int
+put_int_array(Buf *b, PyObject *value, int longs)
+{
+    if (!PyList_CheckExact(value))
+        return 0;
+    Py_ssize_t start = b->size, n = PyList_GET_SIZE(value);
+    if (put_byte(b, 2) < 0)
+        return -1;
+    if (n > 0 && put_varint(b, zigzag(n)) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(value, i);
+        if (item == Py_None) {
+            if (put_byte(b, 0) < 0)
+                return -1;
+            continue;
+        }
+        int overflow = 0;
+        long long x = PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow)
+                                             : 0;
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        if (!PyLong_CheckExact(item) || overflow
+                || (!longs && (x < INT32_MIN || x > INT32_MAX))) {
+            b->size = start;
+            return 0;
+        }
+        if (put_byte(b, 2) < 0 || put_varint(b, zigzag(x)) < 0)
+            return -1;
+    }
+    return put_byte(b, 0) < 0 ? -1 : 1;
+}
+
+static int
+put_typed(Buf *b, int kind, PyObject *value)
+{
+    if (kind >= AVRO_DECIMAL)
+        return put_decimal(b, value, (kind - AVRO_DECIMAL) / 64, (kind - AVRO_DECIMAL) % 64);
+    switch (kind) {
+    case AVRO_DATE:
+        if (PyDate_CheckExact(value))
+            return put_long_branch(b, days_from_civil(PyDateTime_GET_YEAR(value),
+                                                      PyDateTime_GET_MONTH(value),
+                                                      PyDateTime_GET_DAY(value)));
+        return 0;
+    case AVRO_TIMESTAMP_LOCAL:
+    case AVRO_TIMESTAMP_UTC:
+        if (PyDateTime_CheckExact(value)) {
+            PyObject *tz = PyDateTime_DATE_GET_TZINFO(value);
+            if (tz != (kind == AVRO_TIMESTAMP_LOCAL ? Py_None : PyDateTime_TimeZone_UTC))
+                return 0;
+            int64_t days = days_from_civil(PyDateTime_GET_YEAR(value),
+                                           PyDateTime_GET_MONTH(value),
+                                           PyDateTime_GET_DAY(value));
+            int64_t seconds = days * 86400 + PyDateTime_DATE_GET_HOUR(value) * 3600
+                + PyDateTime_DATE_GET_MINUTE(value) * 60 + PyDateTime_DATE_GET_SECOND(value);
+            return put_long_branch(b, seconds * 1000000
+                                   + PyDateTime_DATE_GET_MICROSECOND(value));
+        }
+        return 0;
+    case AVRO_TIME:
+        if (PyTime_CheckExact(value) && PyDateTime_TIME_GET_TZINFO(value) == Py_None)
+            return put_long_branch(b, ((int64_t)PyDateTime_TIME_GET_HOUR(value) * 3600
+                                       + PyDateTime_TIME_GET_MINUTE(value) * 60
+                                       + PyDateTime_TIME_GET_SECOND(value)) * 1000000
+                                   + PyDateTime_TIME_GET_MICROSECOND(value));
+        return 0;
+    case AVRO_INT_ARRAY:
+    case AVRO_LONG_ARRAY:
+        return put_int_array(b, value, kind == AVRO_LONG_ARRAY);
+    default:
+        return 0;
+    }
+}
+
 /* 1: written; 0: not the fast case (the Python writer decides); -1: error */
 static int
 put_fast(Buf *b, int kind, PyObject *value)
@@ -238,7 +405,7 @@ put_fast(Buf *b, int kind, PyObject *value)
         }
         return 0;
     default:
-        return 0;
+        return kind >= AVRO_DATE ? put_typed(b, kind, value) : 0;
     }
 }
 

@@ -41,7 +41,7 @@ import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
-from sinks.avro_logical import LogicalTypes
+from sinks.avro_logical import LogicalTypes, compiled_kind
 from sinks.envelope import CONNECTOR, text_of
 from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
@@ -272,18 +272,15 @@ def _fields(columns: tuple[Column, ...]) -> _Fields:
                  for c, kind in zip(columns, kinds, strict=True))
 
 
-_LOGICAL_KIND = -1  # no kind of sinks/_fastavro.c: it calls the column's Python writer
-
-
 def _logical_fields(table: TableVersion, columns: tuple[Column, ...],
                     logical: LogicalTypes) -> _Fields:
-    """Typed Avro's writers; a column whose bytes are a text-mode primitive's (int, string,
-    ...) keeps that primitive's kind, so that sinks/_fastavro.c writes it itself and calls
-    the Python writer for the others (decimals, dates, arrays, records, ...)."""
+    """Typed Avro's writers, each with the kind sinks/_fastavro.c writes itself (integers,
+    strings, dates, timestamps, times, decimals up to 18 digits, arrays of integers); it
+    calls the Python writer for the others (records, UUIDs, nested arrays, NaN, ...)."""
     slots = logical.slots(_namespace(table), table.qualified_name, columns,
                           _field_names(table, columns))
-    return tuple((c.name, _KINDS[slot.primitive] if slot.primitive else _LOGICAL_KIND,
-                  slot.write) for c, slot in zip(columns, slots, strict=True))
+    return tuple((c.name, compiled_kind(slot), slot.write)
+                 for c, slot in zip(columns, slots, strict=True))
 
 
 # The Python encoder's loops (AvroEncoder(compiled=False), and the events the compiled
@@ -455,8 +452,8 @@ class AvroEncoder:
 
     ``compiled``: encode with sinks/_fastavro.c (the default when it is built) or with
     the Python code only; both give the same bytes and errors.  ``logical``: typed Avro
-    (``--avro-types logical``, sinks/avro_logical.py; the compiled encoder writes its
-    primitive columns and the envelope, and calls the Python writer of every other column);
+    (``--avro-types logical``, sinks/avro_logical.py; the compiled encoder writes the
+    envelope and the common typed values, and calls the Python writer of the others);
     None: every column that is not an Avro primitive is a string (``--avro-types text``).
     """
 

@@ -294,9 +294,28 @@ class Slot:
     branches: tuple[Any, ...]
     write: Writer
     inner: Writer | None = None  # a range's record without its branch (for multiranges)
-    # the Avro primitive whose text-mode writer (sinks/avro.py, sinks/_fastavro.c) writes
-    # the same bytes as ``write``, if any: the compiled encoder writes those columns itself
+    # what sinks/_fastavro.c writes itself with the same bytes as ``write`` (a key of
+    # :data:`COMPILED_KINDS`, or ``decimal`` with ``precision_scale``), if anything: it
+    # calls ``write`` for the values it does not take (text the decoder kept, a NaN, ...)
     primitive: str | None = None
+    precision_scale: tuple[int, int] = (0, 0)
+
+
+# sinks/_fastavro.c's column kinds: text mode's primitives, then typed Avro's
+COMPILED_KINDS: Final = {
+    "boolean": 0, "int": 1, "long": 2, "float": 3, "double": 4, "bytes": 5, "string": 6,
+    "date": 7, "local-timestamp-micros": 8, "timestamp-micros": 9, "time-micros": 10,
+    "int-array": 11, "long-array": 12}
+_COMPILED_DECIMAL: Final = 1000  # + precision * 64 + scale
+NOT_COMPILED: Final = -1  # no kind of sinks/_fastavro.c: it calls the Python writer
+
+
+def compiled_kind(slot: Slot) -> int:
+    """The kind sinks/_fastavro.c gives the column of ``slot``."""
+    if slot.primitive == "decimal":
+        precision, scale = slot.precision_scale
+        return _COMPILED_DECIMAL + precision * 64 + scale
+    return COMPILED_KINDS.get(slot.primitive or "", NOT_COMPILED)
 
 
 def _typed(avro_type: Any, write: Writer, primitive: str | None = None) -> Slot:
@@ -319,12 +338,12 @@ _BUILTIN_SLOTS: Final[dict[str, Slot]] = {
     "float4": _typed("float", _float_writer("float"), "float"),
     "float8": _typed("double", _float_writer("double"), "double"),
     "bytea": _typed("bytes", _write_bytes, "bytes"),
-    "date": _typed({"type": "int", "logicalType": "date"}, _write_date),
-    "time": _typed({"type": "long", "logicalType": "time-micros"}, _write_time),
+    "date": _typed({"type": "int", "logicalType": "date"}, _write_date, "date"),
+    "time": _typed({"type": "long", "logicalType": "time-micros"}, _write_time, "time-micros"),
     "timestamp": _typed({"type": "long", "logicalType": "local-timestamp-micros"},
-                        _timestamp_writer(_EPOCH)),
+                        _timestamp_writer(_EPOCH), "local-timestamp-micros"),
     "timestamptz": _typed({"type": "long", "logicalType": "timestamp-micros"},
-                          _timestamp_writer(_EPOCH_UTC)),
+                          _timestamp_writer(_EPOCH_UTC), "timestamp-micros"),
     "uuid": _typed({"type": "string", "logicalType": "uuid"}, _write_uuid),
     "json": _typed({"type": "string", "connect.name": "io.debezium.data.Json",
                     "pgcdc.type": "json"}, _write_string, "string"),
@@ -407,7 +426,8 @@ class SchemaBuilder:
             precision, scale = decimal_type
             return Slot(({"type": "bytes", "logicalType": "decimal", "precision": precision,
                           "scale": scale}, {"type": "string", "pgcdc.type": "numeric"}),
-                        _decimal_writer(precision, scale))
+                        _decimal_writer(precision, scale), primitive="decimal",
+                        precision_scale=(precision, scale))
         slot = _BUILTIN_SLOTS.get(name)
         if slot is not None:
             return slot
@@ -456,7 +476,8 @@ class SchemaBuilder:
             out.append(2)
             write_items(out, value, 1)
 
-        return Slot((schema,), write)
+        compiled = {"int": "int-array", "long": "long-array"}.get(item.primitive or "")
+        return Slot((schema,), write, primitive=compiled)
 
     def _range(self, subtype: int, path: str, column: str, depth: int,
                builtin: int | None = None) -> Slot:

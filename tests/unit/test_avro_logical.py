@@ -6,13 +6,15 @@ from __future__ import annotations
 import io
 import json
 import math
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 import fastavro
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from decoder.change import ChangeEvent
 from decoder.values import TypeRegistry
@@ -329,3 +331,50 @@ def test_the_setting() -> None:
     assert settings(environ={"PGCDC_AVRO_TYPES": "logical"}).sink.avro_types == "logical"
     with pytest.raises(Exception, match=r"sink\.avro_types.*goes with format avro"):  # noqa: B017
         settings("--avro-types", "logical", "--format", "json")
+
+
+_TYPED = TableVersion(45, "public", "typed", "d", (
+    Column("id", 23, "int4", -1, True),
+    Column("n18", 1700, "numeric", _numeric(18, 4), False),
+    Column("n38", 1700, "numeric", _numeric(38, 10), False),
+    Column("n5", 1700, "numeric", _numeric(5, 0), False),
+    Column("d", 1082, "date", -1, False), Column("ts", 1114, "timestamp", -1, False),
+    Column("tstz", 1184, "timestamptz", -1, False), Column("t", 1083, "time", -1, False),
+    Column("i4", 1007, "_int4", -1, False), Column("i8", 1016, "_int8", -1, False)))
+
+
+def _decimals(precision: int, scale: int) -> st.SearchStrategy[Decimal]:
+    bound = Decimal(10) ** (precision - scale) - Decimal(1).scaleb(-scale)
+    limit = Decimal(10) ** (precision - scale)
+    return st.decimals(min_value=-bound, max_value=bound, places=scale, allow_nan=False) \
+        .filter(lambda value: abs(value) < limit) | st.just(Decimal("NaN"))
+
+
+_ZONES = st.sampled_from([UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-9))])
+_INTS = st.lists(st.none() | st.integers(-(2**31), 2**31 - 1), max_size=5)
+
+
+@pytest.mark.skipif(not COMPILED_ENCODER, reason="an optional compiled path: not built")
+@settings(max_examples=300, deadline=None)
+@given(n18=st.none() | _decimals(18, 4), n38=st.none() | _decimals(38, 10),
+       n5=st.none() | _decimals(5, 0), d=st.none() | st.dates(),
+       ts=st.none() | st.datetimes(), tstz=st.none() | st.datetimes(timezones=_ZONES),
+       t=st.none() | st.times(), i4=st.none() | _INTS | st.lists(_INTS, max_size=3),
+       i8=st.none() | st.lists(st.none() | st.integers(-(2**63), 2**63 - 1), max_size=5))
+def test_compiled_typed_values_are_the_python_bytes(**row: Any) -> None:
+    """sinks/_fastavro.c's typed kinds (decimals up to 18 digits, dates, timestamps, times,
+    arrays of integers) give the Python writers' bytes, and leave them what they do not
+    take (NaN, 19 digits and more, a zone other than UTC, nested arrays)."""
+    logical = LogicalTypes()
+    compiled, python = AvroEncoder(logical=logical, compiled=True), \
+        AvroEncoder(logical=logical, compiled=False)
+    event = _event({"id": 1, **row}, table=_TYPED)
+    raw = compiled.encode(event, server_name="s", now_ms=7)
+    assert raw == python.encode(event, server_name="s", now_ms=7)
+    after = decode_value(_TYPED, raw[1], logical)["after"]
+    for name in ("n18", "n38", "n5"):
+        value = row[name]
+        assert after[name] == (None if value is None else "NaN" if value.is_nan() else value)
+    assert (after["d"], after["ts"], after["t"]) == (row["d"], row["ts"], row["t"])
+    assert after["tstz"] == row["tstz"] and after["i4"] == row["i4"] and \
+        after["i8"] == row["i8"]
