@@ -70,11 +70,11 @@ import psycopg
 from psycopg import sql
 
 from bench.kafka_latency_bench import percentile
+from core.wire import topic_name
 from decoder.lsn import parse_lsn
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.ports import free_port
 from pgcdc.services.postgres import PostgresServer
-from sinks.kafka import topic_name
 from tests.oracle import PgcdcProcess, Writer, read_topic, verify
 
 log = logging.getLogger("bench.soak")

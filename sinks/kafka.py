@@ -1,7 +1,7 @@
 """The Kafka sink: one topic per table, keyed by primary key, idempotent producer, acks=all.
 
 Topics: ``<prefix>.<schema>.<table>`` for changes (a name with characters a topic name
-cannot hold gets a digest of its own, see :func:`topic_name`) (Avro by default, one writer
+cannot hold gets a digest of its own, see :func:`core.wire.topic_name`) (Avro by default, one writer
 schema per table version, see sinks/avro.py; or the Debezium JSON envelope,
 sinks/envelope.py), each delete followed by a tombstone (null value) unless
 disabled; ``<prefix>._catalog`` for table versions; ``<prefix>._catalog_history`` for the
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
-import hashlib
 import json
 import logging
 import re
@@ -39,6 +38,15 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from core import failpoints
 from core.errors import ConfigError, TerminalError, TransientError
+from core.wire import (
+    FORMAT_HEADER,
+    MESSAGES_SUFFIX,
+    TABLE_VERSION_HEADER,
+    TRANSACTIONS_SUFFIX,
+    catalog_history_topic,
+    catalog_topic,
+    topic_name,
+)
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
 from sinks.acks import AckTracker, DeliveryError
@@ -51,16 +59,10 @@ from snapshot_builder.catalog import TableVersion
 
 log = logging.getLogger(__name__)
 
-_ILLEGAL_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a name that is its own part of a topic name
-_DIGEST_LENGTH = 32  # hex digits of the digest that tells other names apart (topic_name)
-CATALOG_SUFFIX = "_catalog"
 _SLICE = 0.5  # seconds: a wait for Kafka looks at the stop this often (KafkaSink._wait)
 # a broker that cannot be reached (not a refusal): transient, like a delivery timing out
 _UNREACHABLE = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                 KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER)
-MESSAGES_SUFFIX = "_messages"
-TRANSACTIONS_SUFFIX = "_transactions"
 
 
 class Encoder(Protocol):
@@ -136,51 +138,10 @@ def _keyless(table: TableVersion) -> bool:
     return table.replica_identity == "f" or not table.key_columns
 
 
-def topic_name(prefix: str, schema: str, table: str) -> str:
-    """The topic of a table's changes: one table, one topic, whatever its name.
-
-    ``<prefix>.<schema>.<table>`` when both names use only what a topic name allows
-    besides the dot (``A-Z a-z 0-9 _ -``), as always.  Any other name (a dot, a space, a
-    quote, a letter outside ASCII) has each such character written ``_`` and a fourth
-    part, 32 hex digits of the SHA-256 of both names: ``public."orders.dot"`` goes to
-    ``<prefix>.public.orders_dot.ca279617...``, never to ``<prefix>.public.orders_dot``, the
-    topic of ``public.orders_dot``.  A topic of three parts comes only from those exact
-    names, and two names with a digest share one only if 128 bits of SHA-256 collide: no
-    two tables share a topic, nor a key space.  (A table dropped and created again under
-    its name is one name, one topic: its events say which table they belong to.)"""
-    return f"{prefix}.{table_name(schema, table)}"
-
-
-def table_name(schema: str, table: str) -> str:
-    """A table's name where only ``A-Z a-z 0-9 _ -`` and dots between parts may stand (a
-    topic, a lake table's folder), one table to one name: ``<schema>.<table>``, or with a
-    digest part when either name holds anything else (see :func:`topic_name`)."""
-    if _PLAIN_NAME.fullmatch(schema) and _PLAIN_NAME.fullmatch(table):
-        return f"{schema}.{table}"
-    digest = hashlib.sha256(json.dumps([schema, table]).encode()).hexdigest()[:_DIGEST_LENGTH]
-    return ".".join([_ILLEGAL_TOPIC_CHARS.sub("_", schema), _ILLEGAL_TOPIC_CHARS.sub("_", table),
-                     digest])
-
-
 def _quoted(schema: str, table: str) -> str:
     """``schema.table`` as SQL writes it (quoted where needed), for a message."""
     return ".".join(part if re.fullmatch(r"[a-z_][a-z0-9_]*", part)
                     else '"' + part.replace('"', '""') + '"' for part in (schema, table))
-
-
-def table_topic_pattern(prefix: str) -> str:
-    """A Java/Python regex matching every table topic of ``prefix`` and not the catalog."""
-    return (rf"^{re.escape(prefix)}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
-            rf"(\.[0-9a-f]{{{_DIGEST_LENGTH}}})?$")
-
-
-def catalog_topic(prefix: str) -> str:
-    return f"{prefix}.{CATALOG_SUFFIX}"
-
-
-def catalog_history_topic(prefix: str) -> str:
-    """The catalog history's entries (snapshot_builder/history.py ``Entry.to_json``)."""
-    return f"{prefix}.{CATALOG_SUFFIX}_history"
 
 
 class KafkaSink:
@@ -203,7 +164,7 @@ class KafkaSink:
         self.replication_factor = replication_factor
         self.tombstones = tombstones
         self.encoder: Encoder = _encoder(value_format, json_options, schema_registry, logical)
-        self._format_header = ("pgcdc.format", self.encoder.format.encode())
+        self._format_header = (FORMAT_HEADER, self.encoder.format.encode())
         # client_config: security and connection properties (sink.kafka) for every client
         base: dict[str, str | int | float | bool] = {**(client_config or {}),
                                                      "bootstrap.servers": bootstrap_servers}
@@ -371,7 +332,7 @@ class KafkaSink:
             msg = f"event for {table.qualified_name} before its table version was published"
             raise KafkaSinkError(msg)
         route = self._routes[id(table)] = (
-            table, topic, [("pgcdc.table_version", table.version.encode()), self._format_header],
+            table, topic, [(TABLE_VERSION_HEADER, table.version.encode()), self._format_header],
             self.encoder.encoder_for(table, self.prefix))
         return route
 

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sinks.kafka import catalog_history_topic, table_name
+from core.wire import FORMAT_HEADER, TABLE_VERSION_HEADER, catalog_history_topic, table_name
 from sinks.registry import WIRE_FORMAT
 from streaming import ownership
 from streaming.catalog import LakeCatalog
@@ -78,7 +78,7 @@ class CatalogMismatchError(Exception):
 
 
 def table_path(lake: str, spec: TableSpec) -> str:
-    """The lake table of a source table, one folder per name (``sinks.kafka.table_name``,
+    """The lake table of a source table, one folder per name (``core.wire.table_name``,
     as its topic): ``<lake>/<schema>.<table>``, with a digest part when a name holds more
     than ``A-Z a-z 0-9 _ -``, so that no two names share a folder."""
     return f"{lake.rstrip('/')}/{table_name(spec.schema, spec.name)}"
@@ -98,8 +98,8 @@ def header_rows(batch: Any) -> Any:
     """A batch's change records (Kafka tombstones left out) with their format and version;
     a catalog history record (its topic's, without a table version) has the format
     :data:`CATALOG_FORMAT`."""
-    version = _HEADER.format("pgcdc.table_version")
-    form = f"coalesce({_HEADER.format('pgcdc.format')}, 'json')"
+    version = _HEADER.format(TABLE_VERSION_HEADER)
+    form = f"coalesce({_HEADER.format(FORMAT_HEADER)}, 'json')"
     if "topic" in batch.columns:
         suffix = catalog_history_topic("")
         form = (f"CASE WHEN endswith(topic, '{suffix}') AND {version} IS NULL "

@@ -63,6 +63,7 @@ from typing import Any
 import psycopg
 
 from core.errors import TerminalError, TransientError
+from core.wire import topic_name
 from decoder.change import RowDecoder
 from decoder.types import load_types
 from decoder.values import FIRST_NORMAL_OID, TypeRegistry
@@ -86,7 +87,6 @@ from loads.load_state import MAX_CHUNK_ROWS, ChunkState, LoadState, ordinal
 from loads.published import PublishedTable
 from sinks.avro import field_name
 from sinks.envelope import text_of
-from sinks.kafka import topic_name
 from sinks.null import NullSink
 from snapshot_builder.catalog import TableVersion
 from streaming import multiset

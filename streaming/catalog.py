@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from sinks.kafka import topic_name
+from core.wire import topic_name
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import (
     Catalog,

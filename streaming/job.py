@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError, TerminalError
-from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern
+from core.wire import catalog_history_topic, catalog_topic, table_topic_pattern
 from streaming import multiset
 from streaming.apply import APPLY_THREADS, Steps, apply_batch
 from streaming.catalog import LakeCatalog, replay

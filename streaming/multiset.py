@@ -72,7 +72,7 @@ from functools import reduce
 from typing import Any
 
 from core.errors import TerminalError
-from sinks.kafka import topic_name
+from core.wire import topic_name
 from streaming.apply import (
     Steps,
     _append_changelog,

@@ -21,6 +21,7 @@ import fastavro
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
+from core.wire import FORMAT_HEADER, TABLE_VERSION_HEADER, catalog_topic
 from decoder.slot import current_wal_lsn, slot_info
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -51,7 +52,7 @@ def raw_records(servers: str, topic: str, timeout: float,
 def _avro_readers(servers: str, prefix: str, timeout: float) -> dict[str, tuple[Any, Any]]:
     """Writer schemas by table version, from the catalog topic alone."""
     readers = {}
-    for record in raw_records(servers, f"{prefix}._catalog", timeout):
+    for record in raw_records(servers, catalog_topic(prefix), timeout):
         entry = json.loads(record.value)
         if entry.get("value_format") == "avro":
             readers[entry["version"]] = (
@@ -81,10 +82,10 @@ def read_topic(servers: str, topic: str, timeout: float = 60,
             assert out and out[-1]["op"] == "d" and out[-1]["_raw_key"] == r.key, "stray tombstone"
             continue
         headers = {k: v.decode() for k, v in r.headers}
-        if headers.get("pgcdc.format") == "avro":
-            if readers is None or headers["pgcdc.table_version"] not in readers:
+        if headers.get(FORMAT_HEADER) == "avro":
+            if readers is None or headers[TABLE_VERSION_HEADER] not in readers:
                 readers = _avro_readers(servers, prefix, timeout)
-            key_schema, value_schema = readers[headers["pgcdc.table_version"]]
+            key_schema, value_schema = readers[headers[TABLE_VERSION_HEADER]]
             key = fastavro.schemaless_reader(io.BytesIO(r.key), key_schema, None)
             value = fastavro.schemaless_reader(io.BytesIO(r.value), value_schema, None)
             row_schema = value_schema["fields"][0]["type"][1]

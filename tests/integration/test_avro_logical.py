@@ -15,11 +15,12 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.registry import SchemaRegistryServer
 from sinks.avro_logical import LogicalTypes
-from sinks.kafka import KafkaSink, topic_name
+from sinks.kafka import KafkaSink
 from sinks.registry import SchemaRegistry
 from tests.integration.test_schema_registry import _Topic
 

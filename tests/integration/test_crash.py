@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from core import failpoints
-from sinks.kafka import topic_name
+from core.wire import topic_name
 from tests.oracle import PgcdcProcess, Writer, read_topic, verify
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sinks.kafka import topic_name
+from core.wire import topic_name
 from tests.oracle import raw_records
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.wire import table_topic_pattern
 from pgcdc.clone import compare
 from pgcdc.demo import DemoOptions, run_demo
-from sinks.kafka import table_topic_pattern
 from streaming import job
 from streaming.apply import apply_batch
 

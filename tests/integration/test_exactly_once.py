@@ -20,10 +20,10 @@ import pytest
 from confluent_kafka import Producer
 
 from core import failpoints
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn, slot_info
 from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import topic_name
 from sinks.kafka_txn import (
     TransactionalKafkaSink,
     default_transactional_id,

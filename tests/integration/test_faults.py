@@ -32,12 +32,12 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from psycopg import sql
 
+from core.wire import topic_name
 from decoder.progress import ProgressStore
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.ports import free_port
 from pgcdc.services.postgres import PostgresServer
-from sinks.kafka import topic_name
 from tests.oracle import PgcdcProcess, Verdict, Writer, raw_records, read_topic, verify
 from tests.tcp_proxy import BLACKHOLE, PASS, RESET, SLOW, TcpProxy
 

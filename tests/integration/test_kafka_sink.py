@@ -12,11 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.wire import catalog_topic, topic_name
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import cli
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
-from sinks.kafka import KafkaSink, catalog_topic, topic_name
+from sinks.kafka import KafkaSink
 from tests.oracle import raw_records, read_topic
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -15,9 +15,10 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, KafkaSinkError, topic_name
+from sinks.kafka import KafkaSink, KafkaSinkError
 from snapshot_builder.catalog import Column, TableVersion
 from streaming import job
 from streaming.multiset import KeylessPartitionsError

@@ -19,9 +19,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.wire import topic_name
 from loads.initial_load import InitialLoad, LoadConfig
 from sinks import loadfast as loadfast_module
-from sinks.kafka import KafkaSink, topic_name
+from sinks.kafka import KafkaSink
 from sinks.loadfast import FastLoad, copy_lines, libpq_path
 from tests.oracle import raw_records, read_topic
 

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc.clone import compare
-from sinks.kafka import topic_name
 from streaming import job
 from tests.oracle import PgcdcProcess, read_topic
 

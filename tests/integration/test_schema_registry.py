@@ -31,11 +31,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from core.wire import catalog_topic, topic_name
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import cli
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.registry import SchemaRegistryServer
-from sinks.kafka import KafkaSink, catalog_topic, topic_name
+from sinks.kafka import KafkaSink
 from sinks.registry import (
     RegistryRefusedError,
     RegistryUnavailableError,

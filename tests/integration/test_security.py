@@ -22,11 +22,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn, slot_info
 from pgcdc import cli
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer, make_certificates
-from sinks.kafka import topic_name
 from snapshot_builder import ddl
 from streaming import job
 from tests.oracle import PgcdcProcess, Writer, read_topic, verify

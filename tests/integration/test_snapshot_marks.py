@@ -13,10 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.wire import topic_name
 from decoder.change import READ
 from loads.initial_load import InitialLoad, LoadConfig
 from sinks.debezium_json import JsonOptions
-from sinks.kafka import KafkaSink, topic_name
+from sinks.kafka import KafkaSink
 from tests.oracle import read_topic
 
 Conn = psycopg.Connection[tuple[object, ...]]

@@ -13,10 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
 

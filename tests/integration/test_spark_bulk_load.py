@@ -17,12 +17,13 @@ import psycopg
 import pytest
 
 from core.failpoints import EXIT_CODE
+from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn, slot_info
 from loads.initial_load import LoadConfig
 from loads.load_state import plan_chunks
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.bulk_load import LakeNotEmptyError, load_lake, marker

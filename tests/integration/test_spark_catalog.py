@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.wire import catalog_history_topic, table_topic_pattern
 from decoder.slot import current_wal_lsn
 from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, catalog_history_topic, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch, table_path
 from streaming.ownership import archive_path

@@ -14,12 +14,13 @@ from typing import Any, cast
 import psycopg
 import pytest
 
+from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn
 from loads.incremental import IncrementalSnapshots, send_signal
 from loads.initial_load import InitialLoad, LoadConfig
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import evolution, job, multiset
 from streaming.apply import apply_batch, parse_envelopes
 from streaming.multiset import APPLIED_PROPERTY, OCCURRENCE

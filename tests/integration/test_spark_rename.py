@@ -19,10 +19,11 @@ from urllib.parse import urlparse
 import psycopg
 import pytest
 
+from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import evolution, job, multiset, ownership
 from streaming.apply import apply_batch, table_path
 from streaming.compaction import companions

@@ -48,11 +48,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn
 from loads.published import fetch_published_tables
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from sinks.kafka import KafkaSink, table_topic_pattern
+from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
 from streaming.evolution import quote

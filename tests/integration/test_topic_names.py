@@ -14,11 +14,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from core.wire import topic_name
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.postgres import PostgresServer
-from sinks.kafka import KafkaSink, topic_name
+from sinks.kafka import KafkaSink
 from streaming import job
 from tests.lake_model import Program, Rig
 from tests.oracle import read_topic

@@ -300,7 +300,7 @@ def test_the_compiled_encoder_gives_the_same_bytes() -> None:
 def test_the_spark_job_refuses_typed_records_before_applying_them() -> None:
     """pgcdc spark does not apply typed Avro yet: the catalog record says which mode a
     version's schema uses, and the job stops on it with the cause and the fix."""
-    from sinks.kafka import catalog_topic
+    from core.wire import catalog_topic
     from streaming.apply import CatalogMismatchError, parse_envelopes
     from streaming.schema import CatalogLog, TableSpec
 

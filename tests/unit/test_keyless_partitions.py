@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sinks.kafka import topic_name
+from core.wire import topic_name
 from streaming.multiset import KeylessPartitionsError, check_one_partition
 from streaming.schema import ColumnSpec, TableSpec
 

@@ -8,7 +8,7 @@ Layers, top to bottom; a module may import its own package and any package below
     sinks
     snapshot_builder   the time-travel catalog, the builder, its history and DDL capture
     decoder
-    core               errors and fail points; imports nothing of pgcdc
+    core               errors, fail points, the wire contract; standard library only
 
 Every import counts, at module level or inside a function (a lazy import is still an
 arrow), and so does one under ``TYPE_CHECKING``.  What does not fit the order yet is listed
@@ -20,6 +20,7 @@ imports.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,19 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert _imports("decoder.fake", path, module_level=False) == {
         "pgcdc.pipeline", "sinks.kafka", "streaming.job", "loads.signals"}
     assert _imports("decoder.fake", path, module_level=True) == {"pgcdc.pipeline", "sinks.kafka"}
+
+
+def test_core_needs_only_the_standard_library() -> None:
+    """core/ (errors, fail points, the wire contract) is what a consumer of pgcdc's topics
+    may import without the producer's dependencies."""
+    third_party = set()
+    for module, path in MODULES.items():
+        if module.split(".")[0] != "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and \
+                not node.level else []
+            third_party.update(f"{module}: {n}" for n in names
+                               if n.split(".")[0] not in sys.stdlib_module_names)
+    assert not third_party, sorted(third_party)

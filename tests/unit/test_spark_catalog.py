@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sinks.kafka import table_name, topic_name
+from core.wire import table_name, topic_name
 from snapshot_builder.catalog import Column, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import (

@@ -30,7 +30,7 @@ def test_the_query_reads_the_table_topics_and_the_catalog_history() -> None:
     last) must make a micro-batch, or the lake would keep the dropped table."""
     import re
 
-    from sinks.kafka import catalog_history_topic, catalog_topic, topic_name
+    from core.wire import catalog_history_topic, catalog_topic, topic_name
     from streaming.job import subscribe_pattern
 
     pattern = subscribe_pattern("app.cdc")

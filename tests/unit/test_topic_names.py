@@ -9,7 +9,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sinks.kafka import catalog_history_topic, catalog_topic, table_topic_pattern, topic_name
+from core.wire import catalog_history_topic, catalog_topic, table_topic_pattern, topic_name
 
 # what Kafka accepts in a topic name, and its length limit
 _KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
