@@ -184,6 +184,10 @@ class Chunk:
     durable: threading.Event = field(default_factory=threading.Event)
 
 
+class NotPublishedError(IncrementalSnapshotError):
+    """The table is not in the publication."""
+
+
 def resolve(conn: Conn, publication: str, job: Job, *, whole: bool = False) -> _Target:
     """The job's table, its version and key; a clear error when it cannot be read.  With
     ``whole``, a table without a key resolves with none (``key == ()``: read whole)."""
@@ -202,7 +206,7 @@ def resolve(conn: Conn, publication: str, job: Job, *, whole: bool = False) -> _
     if published is None:
         msg = (f"table {job.table} is not in publication {publication!r}; add it "
                f"(ALTER PUBLICATION {publication} ADD TABLE ...) before snapshotting it")
-        raise IncrementalSnapshotError(msg)
+        raise NotPublishedError(msg)
     table = published.table
     names = [c.name for c in table.columns]
     if job.surrogate_key:
@@ -212,6 +216,8 @@ def resolve(conn: Conn, publication: str, job: Job, *, whole: bool = False) -> _
                    f" (published columns: {', '.join(names)})")
             raise IncrementalSnapshotError(msg)
         key = tuple(job.surrogate_key)
+    elif whole and job.whole:
+        key = ()
     elif table.replica_identity in ("d", "i") and table.key_columns:
         key = tuple(c.name for c in table.key_columns)
     elif whole:
@@ -343,16 +349,22 @@ class IncrementalSnapshots:
             self.state.jobs.extend(Job(t) for t in tables if t not in queued)
             self.store.save(self.state)
 
-    def read_again(self, table: str, oid: int) -> None:
+    def read_again(self, table: str, oid: int, *, whole: bool = False) -> None:
         """Queue table ``oid`` (named ``table``), whose rows a DDL changed without row changes
         in the WAL.  Its rows changed since any read of it began, so one being read now (the
         first job, maybe halfway) is queued once more, to be read whole after; one still
         waiting its turn reads the new rows anyway.  When its turn comes, a name that no
-        longer holds that table (dropped, or created again) ends the job as ``gone``."""
+        longer holds that table (dropped, or created again) ends the job as ``gone``.
+        ``whole``: read whole even with a key (rows left it unseen), a truncate first."""
         with self._lock:
-            if not any(j.table == table and j.oid in (None, oid) for j in self.state.jobs[1:]):
-                self.state.jobs.append(Job(table, oid=oid))
-                self.store.save(self.state)
+            waiting = [j for j in self.state.jobs[1:] if j.table == table and j.oid in (None, oid)]
+            if not waiting:
+                self.state.jobs.append(Job(table, oid=oid, whole=whole))
+            elif whole and not any(j.whole for j in waiting):
+                waiting[0].whole = True
+            else:
+                return
+            self.store.save(self.state)
 
     @property
     def idle(self) -> bool:
@@ -526,6 +538,15 @@ class IncrementalSnapshots:
             return None
         try:
             target = resolve(conn, self.publication, job, whole=_whole(job))
+        except NotPublishedError as exc:
+            if job.oid is None:  # an operator's request: say so
+                log.error("incremental snapshot of %s: %s", job.table, exc)
+                self._finish(job, "failed", str(exc))
+            else:  # pgcdc's own (a partition detached, published or not): nothing to read
+                log.info("incremental snapshot of %s not read: not in publication %s",
+                         job.table, self.publication)
+                self._finish(job, "unpublished", None)
+            return None
         except IncrementalSnapshotError as exc:
             log.error("incremental snapshot of %s: %s", job.table, exc)
             self._finish(job, "failed", str(exc))

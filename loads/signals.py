@@ -81,6 +81,9 @@ class Job:
     # the table the request meant (pgcdc's own, after a DDL rewrote it): a name that holds
     # another table by then is not read
     oid: int | None = None
+    # read whole even with a key (a truncate, then every row): rows left the table with no
+    # row change in the WAL (a partition detached from a table published via its root)
+    whole: bool = False
 
 
 @dataclass

@@ -758,11 +758,14 @@ class Pipeline:
     def _end(self, end_lsn: int) -> None:
         if self._txn is not None:
             rewritten = self.builder.rewritten
+            detached = self.builder.detach_partitions()
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
             self.builder.commit(self._txn.commit_lsn, self._txn.commit_time)
             if rewritten:  # requested before the commit can be acknowledged
                 self._read_again(rewritten, self._txn.commit_lsn)
+            for root, partition in detached:
+                self._detached(root, partition, self._txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
             self.sink.publish_catalog(entry.version, entry.lsn, entry.to_json())
             self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
@@ -800,6 +803,35 @@ class Pipeline:
                             format_lsn(commit_lsn), table.qualified_name, reason, fix)
             key = f"{table.qualified_name}:{action}"
             self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
+
+    def _detached(self, root: TableVersion, partition: TableVersion, commit_lsn: int) -> None:
+        """A partition detached from a table published via its root: its rows left the
+        root with no row change in the WAL.  With incremental snapshots the root is read
+        again whole (a truncate, then every row: a read by key would leave the rows that
+        left) and the partition read again (published on its own now, it holds rows the
+        stream never sent as its own; not read if its publication leaves it out)."""
+        names = [f"{_quoted(t.schema)}.{_quoted(t.name)}" for t in (root, partition)]
+        if self._incremental is not None:
+            self._incremental.read_again(names[0], root.oid, whole=True)
+            self._incremental.read_again(names[1], partition.oid)
+            action = "read_again"
+            log.info("DDL at %s detached partition %s from %s (published via its root): "
+                     "reading %s again whole, and %s", format_lsn(commit_lsn),
+                     partition.qualified_name, root.qualified_name, root.qualified_name,
+                     partition.qualified_name)
+        else:
+            action = "not_followed"
+            log.warning("DDL at %s detached partition %s from %s, which publication %s "
+                        "publishes via its root: the partition's rows left %s without row "
+                        "changes in the WAL, so downstream %s keeps them (and %s, if "
+                        "published on its own, lacks its earlier rows); run pgcdc with "
+                        "--incremental-snapshots to have both read again automatically, or "
+                        "re-load both tables", format_lsn(commit_lsn),
+                        partition.qualified_name, root.qualified_name,
+                        self.config.publication, root.qualified_name, root.qualified_name,
+                        partition.qualified_name)
+        key = f"{root.qualified_name}:detached:{action}"
+        self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 
     def _table(self, oid: int) -> TableVersion:
         return self._current(oid)[0]

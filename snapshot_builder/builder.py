@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Final
 
@@ -355,9 +355,18 @@ class SnapshotBuilder:
         self.changes_in_transaction += 1
         if isinstance(change, PutTable):
             oid = change.table.oid
-            reason = rows_rewritten(self._overlay.get(oid, current.table(oid)), change.table)
+            previous = self._overlay.get(oid, current.table(oid))
+            reason = rows_rewritten(previous, change.table)
             if reason is not None:
                 self._rewritten.setdefault(oid, reason)
+            parent = change.table.partition_parent
+            if previous is not None and previous.partition_parent is None and parent is not None:
+                # ATTACH PARTITION: the table's rows join its ancestors' with no row change in
+                # the WAL; a publication that publishes via the root (the only one that
+                # publishes an ancestor) has them read again (``rewritten`` keeps those)
+                why = f"{change.table.qualified_name} attached as a partition with its rows"
+                for ancestor in self._ancestors(parent):
+                    self._rewritten.setdefault(ancestor, why)
             self._published[oid] = publishes(content, self.publication) is not False
             self._overlay[oid] = change.table
             self._pending.append(change)
@@ -459,6 +468,38 @@ class SnapshotBuilder:
                 "pgcdc that recorded such a change differently; remove the catalog folder"
                 f"{f' {folder}' if folder is not None else ''} so that pgcdc reads the "
                 "catalog afresh, and re-snapshot the tables named here")
+
+    def _ancestors(self, oid: int) -> list[int]:
+        """``oid`` and the partitioned tables above it, the open transaction's view."""
+        chain = []
+        while oid not in chain:
+            chain.append(oid)
+            table = self.table(oid)
+            if table is None or table.partition_parent is None:
+                break
+            oid = table.partition_parent
+        return chain
+
+    def detach_partitions(self) -> list[tuple[TableVersion, TableVersion]]:
+        """``(root, partition)`` for each partition the open transaction detached from a
+        partitioned table its publication publishes via the root, the partition's new
+        definition (no parent) added to the transaction's changes.  The trigger describes a
+        partitioned table's partitions after it, so a known partition it no longer describes
+        left it (a dropped one is a drop).  The partition's rows left the root with no row
+        change in the WAL: the pipeline reads both again (the root whole).  Call once, just
+        before :meth:`commit`."""
+        roots = {oid for oid, table in self._overlay.items()
+                 if table is not None and self._published.get(oid) is True}
+        out = []
+        for oid, table in (self.catalog.tables.items() if roots else ()):
+            if oid not in self._overlay and table.partition_parent in roots:
+                root = self._overlay[table.partition_parent]
+                assert root is not None
+                alone = replace(table, partition_parent=None)
+                self._overlay[oid] = alone
+                self._pending.append(PutTable(alone))
+                out.append((root, alone))
+        return out
 
     @property
     def rewritten(self) -> dict[int, str]:

@@ -354,3 +354,61 @@ def test_a_relation_inside_a_prepared_transaction_waits_for_its_commit() -> None
         builder.on_relation(_relation(1, 2))
     builder.on_ddl(_put(1, 2))  # COMMIT PREPARED replays the transaction: its DDL, then
     assert builder.on_relation(_relation(1, 2)) == _table(1, 2)  # its Relation again
+
+
+def _part(oid: int, parent: int | None, published: bool) -> bytes:
+    """A ``put`` as the trigger writes it; ``published``: the publication lists the table."""
+    table = TableVersion(oid, "public", f"t{oid}", "d", (Column("id", 23, "int4", -1, True),),
+                         partition_parent=parent)
+    return _ddl("put", table=table.to_dict(), publications={"pgcdc": None} if published else {})
+
+
+def test_partitions_attached_and_detached_under_a_root_published_table(
+        tmp_path: Path) -> None:
+    """ATTACH marks the root (published via the root) to be read again; DETACH (the
+    trigger no longer describes the partition after its root) gives the partition a
+    version without a parent and names it with its root; leaf publication: neither."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    builder.start_consistent([], 10)
+    builder.on_ddl(_part(1, None, True))  # the root p, published via the root
+    builder.on_ddl(_part(2, 1, False))  # its partition
+    builder.on_ddl(_part(3, None, True))  # a table of its own
+    builder.commit(100, 0)
+    builder.on_ddl(_part(1, None, True))  # ATTACH PARTITION t3: the root, then both
+    builder.on_ddl(_part(2, 1, False))
+    builder.on_ddl(_part(3, 1, False))
+    assert set(builder.rewritten) == {1} and builder.detach_partitions() == []
+    builder.commit(200, 0)
+    builder.on_ddl(_part(1, None, True))  # DETACH PARTITION t2: t2 no longer described
+    builder.on_ddl(_part(3, 1, False))
+    detached = builder.detach_partitions()
+    assert [(r.oid, p.oid, p.partition_parent) for r, p in detached] == [(1, 2, None)]
+    assert builder.rewritten == {}
+    builder.commit(300, 0)
+    alone = builder.history.latest.table(2)
+    assert alone is not None and alone.partition_parent is None
+    builder.on_ddl(_part(1, None, True))  # a later ALTER of the root: nothing detached
+    builder.on_ddl(_part(3, 1, False))
+    assert builder.detach_partitions() == []
+    builder.commit(400, 0)
+    versions = builder.history.latest.version
+
+    # the slot sends the detach again after a restart: recorded once
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    restarted.resume(250)
+    for commit_lsn in (300, 400):
+        restarted.on_ddl(_part(1, None, True))
+        restarted.on_ddl(_part(3, 1, False))
+        assert len(restarted.detach_partitions()) == (commit_lsn == 300)
+        restarted.commit(commit_lsn, 0)
+    assert restarted.history.latest.version == versions
+
+    leaf = SnapshotBuilder(publication="pgcdc")  # leaf partitions published: no root
+    leaf.start_consistent([], 10)
+    leaf.on_ddl(_part(1, None, False))
+    leaf.on_ddl(_part(2, 1, True))
+    leaf.on_ddl(_part(3, None, True))
+    leaf.commit(100, 0)
+    leaf.on_ddl(_part(1, None, False))
+    leaf.on_ddl(_part(3, 1, True))
+    assert leaf.rewritten == {} and leaf.detach_partitions() == []
