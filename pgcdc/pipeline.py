@@ -830,7 +830,7 @@ class Pipeline:
                         partition.qualified_name, root.qualified_name,
                         self.config.publication, root.qualified_name, root.qualified_name,
                         partition.qualified_name)
-        key = f"{root.qualified_name}:detached:{action}"
+        key = f"{root.qualified_name}:{action}"  # as for the other rewrites
         self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 
     def _table(self, oid: int) -> TableVersion:
