@@ -41,7 +41,7 @@ import fastavro
 
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
-from sinks.avro_logical import LogicalTypes, compiled_kind
+from sinks.avro_logical import LogicalTypes, compiled_kind, varint
 from sinks.envelope import CONNECTOR, text_of
 from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
@@ -159,25 +159,17 @@ def _integral(value: Any, avro_type: str, low: int, high: int) -> int:
     return int(value)
 
 
-def _varint(out: bytearray, n: int) -> None:
-    """A non-negative (already zigzagged) number, seven bits a byte, low bits first."""
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def py_long(out: bytearray, value: int) -> None:
     """A long outside a union (the envelope's own fields)."""
     if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
         value = _integral(operator.index(value), "long", _LONG_MIN, _LONG_MAX)
-    _varint(out, (value << 1) ^ (value >> 63))
+    varint(out, (value << 1) ^ (value >> 63))
 
 
 def _string(text: str) -> bytes:
     data = text.encode()
     out = bytearray()
-    _varint(out, len(data) << 1)
+    varint(out, len(data) << 1)
     return bytes(out + data)
 
 
@@ -196,14 +188,14 @@ def _write_int(out: bytearray, value: Any) -> None:
     if type(value) is not int or not _INT_MIN <= value <= _INT_MAX:
         value = _integral(value, "int", _INT_MIN, _INT_MAX)
     out.append(2)
-    _varint(out, (value << 1) ^ (value >> 31))
+    varint(out, (value << 1) ^ (value >> 31))
 
 
 def _write_long(out: bytearray, value: Any) -> None:
     if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
         value = _integral(value, "long", _LONG_MIN, _LONG_MAX)
     out.append(2)
-    _varint(out, (value << 1) ^ (value >> 63))
+    varint(out, (value << 1) ^ (value >> 63))
 
 
 def _write_float(out: bytearray, value: Any) -> None:
@@ -224,7 +216,7 @@ def _write_bytes(out: bytearray, value: Any) -> None:
     if not isinstance(value, bytes | bytearray):
         raise _mismatch(value, "bytes")
     out.append(2)
-    _varint(out, len(value) << 1)
+    varint(out, len(value) << 1)
     out += value
 
 
@@ -238,7 +230,7 @@ def _write_string(out: bytearray, value: Any) -> None:
         out += _SHORT_STRING[size]
     else:
         out.append(2)
-        _varint(out, size << 1)
+        varint(out, size << 1)
     out += data
 
 
@@ -436,7 +428,7 @@ class _Version:
         _envelope_long(out, now_ms)
         unchanged = event.unchanged
         if unchanged:
-            _varint(out, len(unchanged) << 1)
+            varint(out, len(unchanged) << 1)
             names = self.names
             for name in unchanged:
                 out += names.get(name) or _string(name)

@@ -85,7 +85,9 @@ class AvroTypeError(TerminalError, ValueError):
     (exit 3) with the message, before the event is handed to Kafka."""
 
 
-def _varint(out: bytearray, n: int) -> None:
+def varint(out: bytearray, n: int) -> None:
+    """A non-negative (already zigzagged) number, seven bits a byte, low bits first: Avro's
+    variable-length encoding (sinks/avro.py writes with it too)."""
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
@@ -93,7 +95,7 @@ def _varint(out: bytearray, n: int) -> None:
 
 
 def _long(out: bytearray, value: int) -> None:
-    _varint(out, (value << 1) ^ (value >> 63))
+    varint(out, (value << 1) ^ (value >> 63))
 
 
 _SHORT_LENGTHS: Final = [bytes((size << 1,)) for size in range(64)]  # a length under 64
@@ -104,7 +106,7 @@ def _blob(out: bytearray, data: bytes) -> None:
     if size < 64:
         out += _SHORT_LENGTHS[size]
     else:
-        _varint(out, size << 1)
+        varint(out, size << 1)
     out += data
 
 
@@ -160,7 +162,7 @@ def _write_date(out: bytearray, value: Any) -> None:
     days = value.toordinal() - _EPOCH_ORDINAL if isinstance(value, date) \
         else _text_micros(value, days_only=True)
     out.append(2)
-    _varint(out, (days << 1) ^ (days >> 31))
+    varint(out, (days << 1) ^ (days >> 31))
 
 
 def _timestamp_writer(epoch: datetime) -> Writer:
@@ -252,7 +254,7 @@ def _integer_writer(low: int, high: int, bits: int) -> Writer:
             msg = f"{value!r} is not an Avro {'int' if bits == 31 else 'long'}"
             raise AvroTypeError(msg)
         out.append(2)
-        _varint(out, (value << 1) ^ (value >> bits))
+        varint(out, (value << 1) ^ (value >> bits))
     return write
 
 
