@@ -37,7 +37,7 @@ from typing import Any
 
 from core.wire import FORMAT_HEADER, TABLE_VERSION_HEADER, catalog_history_topic, table_name
 from sinks.registry import WIRE_FORMAT
-from streaming import ownership
+from streaming import ownership, typed_avro
 from streaming.catalog import LakeCatalog
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
@@ -117,7 +117,9 @@ def batch_versions(rows: Any) -> list[tuple[str, str | None]]:
 def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                     versions: list[tuple[str, str | None]] | None = None) -> Any:
     """Every change of a batch as ``op, before, after, unchanged, source``, whatever its
-    format; ``before`` and ``after`` are maps of column name to the value's text.
+    format; ``before`` and ``after`` are maps of column name to the value's text (a typed
+    Avro version's values spelled as its text mode's records spell them, by
+    streaming/typed_avro.py, which refuses the columns it does not spell yet).
 
     Avro values are decoded with the writer schema of the version their
     ``pgcdc.table_version`` header names, one version at a time (in the Confluent wire
@@ -155,13 +157,9 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
             msg = (f"Avro events of table version {version} but the catalog log holds no "
                    "writer schema for it; the catalog topic is incomplete")
             raise CatalogMismatchError(msg)
-        if spec.avro_types != "text":
-            msg = (f"Avro events of table {spec.qualified_name} (version {version}) are typed "
-                   f"Avro (pgcdc run --avro-types {spec.avro_types}), which this job does not "
-                   "apply yet (issue 17.1): nothing of them was applied; run pgcdc run "
-                   "with --avro-types text (the default) into a new --topic-prefix for the "
-                   "lake, and keep the typed topics for other consumers")
-            raise CatalogMismatchError(msg)
+        refusal = typed_avro.refusal(spec)  # typed Avro this job does not apply yet
+        if refusal is not None:
+            raise CatalogMismatchError(refusal)
         part = rows.where((F.col("_format") == form) & (F.col("_version") == version))
         if form == WIRE_FORMAT:  # the Avro binary after the magic byte and the schema id
             part = part.withColumn("value", F.expr("substring(value, 6)"))
@@ -182,11 +180,17 @@ def _from_avro(rows: Any, spec: TableSpec) -> Any:
     assert schema is not None
     fields = json.loads(schema)["fields"][0]["type"][1]["fields"]
     names = ", ".join(_literal(f["pgcdc.column"]) for f in fields)
+    typed = spec.avro_types != "text"  # each value as the text mode's text (typed_avro.py)
+    if typed:
+        schema = typed_avro.reader_schema(schema)
 
     def as_map(side: str) -> str:
         texts = []
         for field in fields:
             ref = f"e.{side}.{quote(field['name'])}"
+            if typed:
+                texts.append(typed_avro.text(ref, field))
+                continue
             kind = field["type"][1]
             texts.append(f"base64({ref})" if kind == "bytes" else f"CAST({ref} AS STRING)")
         return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "

@@ -33,7 +33,7 @@ from typing import Any
 
 from core.errors import ConfigError, TerminalError
 from core.wire import catalog_history_topic, catalog_topic, table_topic_pattern
-from streaming import multiset
+from streaming import multiset, typed_avro
 from streaming.apply import APPLY_THREADS, Steps, apply_batch
 from streaming.catalog import LakeCatalog, replay
 from streaming.compaction import compact
@@ -176,21 +176,19 @@ def check_keyless_topics(spark: Any, config: JobConfig, catalog: LakeCatalog) ->
 
 
 class TypedAvroError(TerminalError):
-    """Typed Avro (``pgcdc run --avro-types logical``) in the topics: not applied yet."""
+    """Typed Avro (``pgcdc run --avro-types logical``) this job does not apply yet."""
 
 
 def check_avro_types(catalog: LakeCatalog) -> None:
-    """Stop before applying anything if a table version's writer schema is typed Avro
-    (its ``_catalog`` record says ``avro_types: logical``), which this job does not apply
-    yet (issue 17.1); streaming/apply.py refuses such events again, batch by batch."""
-    typed = sorted({spec.qualified_name for oid in {s.oid for s in catalog.log.tables()}
-                    for spec in catalog.log.versions(oid) if spec.avro_types != "text"})
-    if typed:
-        msg = (f"the topics of {', '.join(typed)} hold typed Avro (pgcdc run --avro-types "
-               "logical), which pgcdc spark does not apply yet: nothing was applied; feed the "
-               "lake from pgcdc run --avro-types text (the default) into another "
-               "--topic-prefix, and keep the typed topics for other consumers")
-        raise TypedAvroError(msg)
+    """Stop before applying anything if a typed Avro table version (its ``_catalog`` record
+    says ``avro_types: logical``) has a column this job does not apply yet (an array or a
+    record: streaming/typed_avro.py); streaming/apply.py refuses such events again, batch
+    by batch.  Typed versions of the other types are applied."""
+    refusals = [refusal for oid in sorted({s.oid for s in catalog.log.tables()})
+                for spec in catalog.log.versions(oid)
+                if (refusal := typed_avro.refusal(spec)) is not None]
+    if refusals:
+        raise TypedAvroError("; ".join(refusals))
 
 
 def app_id(config: JobConfig) -> str:
