@@ -4,15 +4,17 @@ Both sides are read as canonical text, column by column, chosen by the
 column's PostgreSQL type (a domain's: its base type's): dates and timestamps as
 days and microseconds since 1970 (UTC) or ``infinity``/``-infinity``, booleans as
 ``true``/``false``, bytea as lowercase hex, everything else as PostgreSQL prints
-it.  Where the lake's typed column cannot hold a value (docs/types.md), the lake
-side reads PostgreSQL's text from ``_pgcdc_text``.  The digest is a row count and a
-SHA-256 over the sorted rows, so a single differing value changes it.
+it under the replication session's settings (money as its amount); floats and times are
+compared in one spelling.  Where the lake's typed column cannot hold a value
+(docs/types.md), the lake side reads PostgreSQL's text from ``_pgcdc_text``.  The digest is
+a row count and a SHA-256 over the sorted rows, so a single differing value changes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,9 @@ _PAST_SPARK = {"timestamptz": "regexp_replace(to_char({0} AT TIME ZONE 'UTC', "
                               "'YYYY-MM-DD HH24:MI:SS.US'), '\\.?0+$', '') || '+00'",
                "timestamp": "regexp_replace(to_char({0}, 'YYYY-MM-DD HH24:MI:SS.US'), "
                             "'\\.?0+$', '')"}
+# the replication session's settings (decoder/replication.py; docs/types.md, "Text")
+_SESSION = ("DateStyle = ISO", "TimeZone = UTC", "IntervalStyle = iso_8601",
+            "extra_float_digits = 3")
 _INFINITIES = "WHEN {0} = 'infinity' THEN 'infinity' WHEN {0} = '-infinity' THEN '-infinity' "
 
 
@@ -79,6 +84,8 @@ def _source_expr(column: ColumnSpec, json_valued: bool = False) -> sql.Composabl
         return sql.SQL("CASE WHEN {0} THEN 'true' WHEN NOT {0} THEN 'false' END").format(ident)
     if pg_type == "bytea":
         return sql.SQL("encode({}, 'hex')").format(ident)
+    if pg_type == "money":  # the amount as a decimal, no currency sign (docs/types.md)
+        return sql.SQL("{}::numeric::text").format(ident)
     # the type's output function, as pgcdc writes it (::text differs for inet: '1.2.3.4/32')
     return sql.SQL("CASE WHEN {0} IS NOT NULL THEN format('%s', {0}) END").format(ident)
 
@@ -129,19 +136,38 @@ def _json_valued(conn: psycopg.Connection[Any], spec: TableSpec) -> set[str]:
     return {str(r[0]) for r in conn.execute(_JSON_VALUED, (relation,)).fetchall()}
 
 
-def _canonical_json(text: str | None) -> str | None:
+def _canonical_json(text: str) -> str:
     """JSON text in one spelling (keys sorted, no spaces): PostgreSQL's ``to_json`` and
     pgcdc's encoder agree on values, not on layout."""
-    if text is None:
-        return None
     return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False)
 
 
-def _canonical(row: tuple[Any, ...], json_at: list[bool]) -> CanonicalRow:
-    return tuple(_canonical_json(None if v is None else str(v)) if is_json
-                 else None if v is None else str(v) for v, is_json in zip(row, json_at,
-                                                                          strict=True))
+def _canonical_float(text: str) -> str:
+    """A float in one spelling: PostgreSQL prints ``3.4e+38``, Spark ``3.4E38``."""
+    return repr(float(text))
+
+
+def _canonical_time(text: str) -> str:
+    """A time of day without trailing zeros in its fraction: PostgreSQL prints a
+    ``time(1)`` as ``13:14:15.5``, the binary decoder as ``13:14:15.500000``."""
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# how a value's text is brought to one spelling, by the column's PostgreSQL type
+_SPELLINGS: dict[str, Callable[[str], str]] = {
+    "float4": _canonical_float, "float8": _canonical_float, "time": _canonical_time}
+Spelling = Callable[[str], str] | None
+
+
+def _spellings(specs: Sequence[ColumnSpec], json_valued: set[str]) -> list[Spelling]:
+    return [_canonical_json if c.name in json_valued else _SPELLINGS.get(c.pg_type)
+            for c in specs]
+
+
+def _canonical(row: tuple[Any, ...], spellings: list[Spelling]) -> CanonicalRow:
+    return tuple(None if v is None else str(v) if spell is None else spell(str(v))
+                 for v, spell in zip(row, spellings, strict=True))
 
 
 def source_rows(conn: psycopg.Connection[Any], spec: TableSpec,
@@ -150,13 +176,15 @@ def source_rows(conn: psycopg.Connection[Any], spec: TableSpec,
     caller looked them up already."""
     if json_valued is None:
         json_valued = _json_valued(conn, spec)
-    json_at = [c.name in json_valued for c in spec.columns]
     query = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join(_source_expr(c, j) for c, j in zip(spec.columns, json_at,
-                                                              strict=True)),
+        sql.SQL(", ").join(_source_expr(c, c.name in json_valued) for c in spec.columns),
         sql.Identifier(spec.schema, spec.name),
     )
-    return [_canonical(row, json_at) for row in conn.execute(query).fetchall()]
+    spellings = _spellings(spec.columns, json_valued)
+    with conn.transaction():  # PostgreSQL's text as pgcdc's replication session prints it
+        for setting in _SESSION:
+            conn.execute(f"SET LOCAL {setting}")
+        return [_canonical(row, spellings) for row in conn.execute(query).fetchall()]
 
 
 def lake_rows(spark: Any, lake: str, spec: TableSpec,
@@ -168,9 +196,9 @@ def lake_rows(spark: Any, lake: str, spec: TableSpec,
     path = table_path(lake, spec)
     if not DeltaTable.isDeltaTable(spark, path):
         return []
-    json_at = [c.name in (json_valued or set()) for c in spec.columns]
+    spellings = _spellings(spec.columns, json_valued or set())
     frame = spark.read.format("delta").load(path).selectExpr(*[_lake_expr(c) for c in spec.columns])
-    return [_canonical(tuple(row), json_at) for row in frame.collect()]
+    return [_canonical(tuple(row), spellings) for row in frame.collect()]
 
 
 def compare(conn: psycopg.Connection[Any], spark: Any, lake: str,

@@ -37,10 +37,7 @@ _SETUP = [
     "CREATE TABLE many (id int PRIMARY KEY, n numeric(12,3), n_free numeric, d date, "
     "t time, t3 time(3), ts timestamp, tstz timestamptz, u uuid, j jsonb, js json, b bytea, "
     "f8 float8, f4 real, ok bool, big int8, small int2, m mood, a amount, iv interval, "
-    "addr inet, note text, c char(3))",
-    # the oracle reads intervals as pgcdc's session prints them (money it cannot compare)
-    "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET intervalstyle = iso_8601', "
-    "current_database()); END$$",
+    "addr inet, note text, c char(3), cash money, t1 time(1))",
     "CREATE TABLE bag (k int, v text, n numeric(6,2), d date)",
     "ALTER TABLE bag REPLICA IDENTITY FULL",
 ]
@@ -51,13 +48,15 @@ _ROWS = [
     "'2024-02-29 13:14:15.123456+00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
     "'{\"a\": [1, \"é\\n\"]}', '{\"b\" :  2}', '\\xdeadbeef', 2.5, 1.25, true, "
     "9007199254740993, -7, 'happy', -1234.5, '1 day 02:03:04', '192.168.1.10/24', "
-    "E'tab\\there \"quoted\" ünï', 'ab')",
+    "E'tab\\there \"quoted\" ünï', 'ab', -1.5, '13:14:15.5')",
     "INSERT INTO many VALUES (2, 'NaN', '-Infinity', 'infinity', '24:00:00', '00:00:00', "
     "'infinity', '-infinity', NULL, 'null', NULL, '\\x', 'NaN', '-Infinity', false, "
-    "-9223372036854775808, 32767, 'sad', 'NaN', '-1 mon', '::ffff:1.2.3.4', '', NULL)",
+    "-9223372036854775808, 32767, 'sad', 'NaN', '-1 mon', '::ffff:1.2.3.4', '', NULL, NULL, "
+    "'23:59:59.9')",
     "INSERT INTO many VALUES (3, -0.001, 'NaN', '0044-03-15 BC', '00:00:00.000001', NULL, "
     "'0044-03-15 12:00:00.5 BC', '0001-01-01 00:00:00+00 BC', NULL, NULL, NULL, NULL, "
-    "'Infinity', 1.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    "'Infinity', 3.4e38, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1234567.89, "
+    "'00:00:00')",
     "INSERT INTO many (id, d, ts, tstz) VALUES (4, '-infinity', '10000-01-01 00:00:00', "
     "'12345-06-07 08:09:10.000011+00'), (5, '12345-06-07', '-infinity', 'infinity')",
     "INSERT INTO bag SELECT g % 3, 'v' || (g % 3), CASE WHEN g % 3 = 0 THEN 'NaN' "
