@@ -164,7 +164,7 @@ class Program:
         self.statements.append(CAPTURE)
         if self.rig.kills is not None:
             self._capture_killed()
-        sink = KafkaSink(self.rig.kafka, topic_prefix=self.prefix)
+        sink = self._sink()
         snapshots = IncrementalSnapshots(self.dsn, sink, slot=self.slot,
                                          state_file=self.home / "incremental.json",
                                          chunk_size=50, poll_interval=0.1)
@@ -201,6 +201,10 @@ class Program:
         # "gone": a table pgcdc asked to read again was dropped before its turn
         assert all(d["status"] in ("complete", "gone") for d in snapshots.state.done), \
             snapshots.state.done
+
+    def _sink(self) -> KafkaSink:
+        """The sink of a capture (a program in typed Avro gives its own)."""
+        return KafkaSink(self.rig.kafka, topic_prefix=self.prefix)
 
     def _until(self, condition: Any, failure: list[BaseException], what: str) -> None:
         deadline = time.monotonic() + self.rig.timeout

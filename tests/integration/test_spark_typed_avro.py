@@ -11,16 +11,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from decoder.slot import current_wal_lsn
-from loads.incremental import IncrementalSnapshots
-from pgcdc.pipeline import Pipeline
 from pgcdc.services.postgres import PostgresServer
 from sinks.avro_logical import LogicalTypes
 from sinks.kafka import KafkaSink
@@ -87,40 +83,9 @@ class _Typed(Program):
         super().__init__(rig)
         self.logical = logical
 
-    def capture(self) -> None:
-        self.statements.append(CAPTURE)
+    def _sink(self) -> KafkaSink:
         logical = LogicalTypes.reading(self.dsn) if self.logical else None
-        sink = KafkaSink(self.rig.kafka, topic_prefix=self.prefix, logical=logical)
-        snapshots = IncrementalSnapshots(self.dsn, sink, slot=self.slot,
-                                         state_file=self.home / "incremental.json",
-                                         chunk_size=50, poll_interval=0.1)
-        pipeline = Pipeline(self._config(), sink, incremental=snapshots)
-        pipeline.prepare()
-        stop = threading.Event()
-        failure: list[BaseException] = []
-
-        def stream() -> None:
-            try:
-                pipeline.run(stop=stop)
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=stream, daemon=True)
-        thread.start()
-        snapshots.start()
-        try:
-            target = current_wal_lsn(self.conn)
-            self._until(lambda: pipeline.progress.durable_lsn >= target, failure, "the stream")
-            self._until(lambda: snapshots.idle, failure, "the tables read again")
-            target = current_wal_lsn(self.conn)
-            self._until(lambda: pipeline.progress.durable_lsn >= target, failure, "the rest")
-        finally:
-            snapshots.stop()
-            stop.set()
-            thread.join(60)
-            sink.close()
-        assert not failure, failure
-        assert snapshots.error is None, snapshots.error
+        return KafkaSink(self.rig.kafka, topic_prefix=self.prefix, logical=logical)
 
     def run_killed(self, statements: list[str]) -> None:
         """``statements`` while a ``pgcdc run`` process (typed Avro if ``logical``)
