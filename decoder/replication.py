@@ -31,10 +31,11 @@ from decoder.pgoutput import PG_EPOCH_OFFSET_US
 
 log = logging.getLogger(__name__)
 
-SESSION_OPTIONS: Final = (
-    "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=3 "
-    "-c lc_monetary=C"
-)
+# how every session of pgcdc prints values (and the clone oracle reads them: pgcdc/clone.py)
+SESSION_SETTINGS: Final = {"DateStyle": "ISO", "TimeZone": "UTC", "IntervalStyle": "iso_8601",
+                           "extra_float_digits": "3", "lc_monetary": "C"}
+SESSION_OPTIONS: Final = " ".join(f"-c {name}={value}"
+                                  for name, value in SESSION_SETTINGS.items())
 
 CONNECT_TIMEOUT: Final = 10  # seconds, for the replication connection (see connect())
 

@@ -538,18 +538,15 @@ class IncrementalSnapshots:
             return None
         try:
             target = resolve(conn, self.publication, job, whole=_whole(job))
-        except NotPublishedError as exc:
-            if job.oid is None:  # an operator's request: say so
-                log.error("incremental snapshot of %s: %s", job.table, exc)
-                self._finish(job, "failed", str(exc))
-            else:  # pgcdc's own (a partition detached, published or not): nothing to read
+        except IncrementalSnapshotError as exc:
+            if isinstance(exc, NotPublishedError) and job.oid is not None:
+                # pgcdc's own request (a partition detached, published or not): nothing to read
                 log.info("incremental snapshot of %s not read: not in publication %s",
                          job.table, self.publication)
                 self._finish(job, "unpublished", None)
-            return None
-        except IncrementalSnapshotError as exc:
-            log.error("incremental snapshot of %s: %s", job.table, exc)
-            self._finish(job, "failed", str(exc))
+            else:
+                log.error("incremental snapshot of %s: %s", job.table, exc)
+                self._finish(job, "failed", str(exc))
             return None
         self._keys.clear()
         self._changed.clear()  # not under the main loop's feet: nothing recorded is kept

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from decoder.replication import SESSION_SETTINGS
 from streaming.apply import table_path
 from streaming.evolution import quote
 from streaming.schema import TEXT, ColumnSpec, TableSpec
@@ -62,9 +63,6 @@ _PAST_SPARK = {"timestamptz": "regexp_replace(to_char({0} AT TIME ZONE 'UTC', "
                               "'YYYY-MM-DD HH24:MI:SS.US'), '\\.?0+$', '') || '+00'",
                "timestamp": "regexp_replace(to_char({0}, 'YYYY-MM-DD HH24:MI:SS.US'), "
                             "'\\.?0+$', '')"}
-# the replication session's settings (decoder/replication.py; docs/types.md, "Text")
-_SESSION = ("DateStyle = ISO", "TimeZone = UTC", "IntervalStyle = iso_8601",
-            "extra_float_digits = 3")
 _INFINITIES = "WHEN {0} = 'infinity' THEN 'infinity' WHEN {0} = '-infinity' THEN '-infinity' "
 
 
@@ -182,8 +180,8 @@ def source_rows(conn: psycopg.Connection[Any], spec: TableSpec,
     )
     spellings = _spellings(spec.columns, json_valued)
     with conn.transaction():  # PostgreSQL's text as pgcdc's replication session prints it
-        for setting in _SESSION:
-            conn.execute(f"SET LOCAL {setting}")
+        for name, value in SESSION_SETTINGS.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
         return [_canonical(row, spellings) for row in conn.execute(query).fetchall()]
 
 
