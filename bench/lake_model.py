@@ -7,9 +7,10 @@ runs a few of them without kills).  One throwaway PostgreSQL, Kafka broker and S
 for the whole run.  Each capture starts ``pgcdc run --incremental-snapshots`` as a process and
 kills it with -9 after 0.3 to 4 s; the program's final check captures with a pipeline in this
 process, from the progress, catalog history and incremental state the killed ones left.  Half
-the applies first start ``pgcdc spark --available-now`` as a process (40 offsets a
-micro-batch) and kill it with -9 after 8 to 45 s (Spark's start included: before its first
-batch, between two, or inside one); the apply in this process then goes on from its checkpoint.
+the applies (``--driver-kills`` sets the share) first start ``pgcdc spark --available-now``
+as a process (40 offsets a micro-batch) and kill it with -9 after 8 to 45 s (Spark's start
+included: before its first batch, between two, or inside one); the apply in this process
+then goes on from its checkpoint.
 
 From the repository root::
 
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))  # see the CI test
         try:
             rig = Rig(server, broker.bootstrap_servers, spark, Path(tmp),
-                      kills=None if args.no_kills else random.Random(args.seed))
+                      kills=None if args.no_kills else random.Random(args.seed),
+                      driver_kill_rate=args.driver_kills)
             bound = machine(rig)
             last: list[LakeModel] = []
             ran: list[int] = []  # each program run: its statements (a failure ends a batch)
@@ -132,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10,
                         help="programs per hypothesis run: a failure ends its batch (10)")
     parser.add_argument("--no-kills", action="store_true", help="capture without kill -9")
+    parser.add_argument("--driver-kills", type=float, default=0.5, metavar="SHARE",
+                        help="share of applies that first start `pgcdc spark` and kill it "
+                             "with -9 (0.5); each costs a driver's start")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing program")
     parser.add_argument("--failures", type=Path, default=Path("lake_model_failures"),
                         help="folder for failing programs' SQL (lake_model_failures)")

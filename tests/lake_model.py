@@ -97,6 +97,7 @@ class Rig:
     spark: Any
     root: Path
     kills: random.Random | None = None  # the bench: kill -9 ``pgcdc run`` at each capture
+    driver_kill_rate: float = 0.5  # with kills: the share of applies that kill a driver first
     timeout: float = 300.0
     killed: int = 0  # ``pgcdc run`` processes killed
     driver_kills: int = 0  # ``pgcdc spark`` processes killed
@@ -235,9 +236,9 @@ class Program:
 
     def apply(self) -> None:
         """``pgcdc spark --available-now``, in this process's Spark session (in the bench,
-        half the time after a ``pgcdc spark`` process killed with -9 mid-way)."""
+        by default half the time after a ``pgcdc spark`` process killed with -9 mid-way)."""
         self.statements.append(APPLY)
-        if self.rig.kills is not None and self.rig.kills.random() < 0.5:
+        if self.rig.kills is not None and self.rig.kills.random() < self.rig.driver_kill_rate:
             self._apply_killed()
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix, trigger_seconds=None)
