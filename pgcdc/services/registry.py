@@ -28,9 +28,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from core import maven
 from core.errors import TerminalError
-from pgcdc.services import maven
-from pgcdc.services.kafka import java_binary
+from core.java import java_binary
 from pgcdc.services.ports import free_port, wait_for_port
 from pgcdc.services.process import LocalProcess
 

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from core.errors import TerminalError
-from pgcdc.services.kafka import java_binary
+from core.java import java_binary
 from pgcdc.services.ports import free_port, wait_for_port
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from core.errors import ConfigError, JavaMissingError
+from core.java import java_binary
 from decoder.errors import (
     MissingIdentityError,
     PublicationMissingError,
@@ -17,7 +18,6 @@ from decoder.errors import (
     WalLevelError,
 )
 from pgcdc.pipeline import Pipeline, PipelineConfig
-from pgcdc.services.kafka import java_binary
 from pgcdc.services.ports import free_port
 from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink, KafkaUnreachableError

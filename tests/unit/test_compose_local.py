@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from pgcdc.services import maven
+from core import maven
 from pgcdc.services.kafka import KAFKA_COORDINATES, KAFKA_VERSION
 from tests.fixtures import podman
 

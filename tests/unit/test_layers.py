@@ -8,7 +8,8 @@ Layers, top to bottom; a module may import its own package and any package below
     sinks
     snapshot_builder   the time-travel catalog, the builder, its history and DDL capture
     decoder
-    core               errors, fail points, the wire contract; standard library only
+    core               errors, fail points, the wire contract, Java and Maven; standard
+                       library only
 
 Every import counts, at module level or inside a function (a lazy import is still an
 arrow), and so does one under ``TYPE_CHECKING``.  What does not fit the order yet is listed
@@ -36,12 +37,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     # catalog's immutable object (no file circle: snapshot_builder.catalog imports only
     # decoder.values and decoder.pgoutput, which import nothing of change.py).
     ("decoder.change", "snapshot_builder.catalog"): "a change event names its table version",
-    # The Spark session resolves its connector jars with Maven and finds Java the way the
-    # throwaway Kafka does.  pgcdc/services/ imports only core, so no circle; the fix is a
-    # package of its own below streaming (the servers, ports and Maven: about 50 files
-    # import it, most of them tests).
-    ("streaming.session", "pgcdc.services.maven"): "the Spark jars resolved with Maven",
-    ("streaming.session", "pgcdc.services.kafka"): "java_binary, shared with the Kafka server",
 }
 
 
@@ -173,8 +168,9 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_core_needs_only_the_standard_library() -> None:
-    """core/ (errors, fail points, the wire contract) is what a consumer of pgcdc's topics
-    may import without the producer's dependencies."""
+    """core/ (errors, fail points, the wire contract, Java and Maven) is what a consumer of
+    pgcdc's topics may import without the producer's dependencies: the standard library and
+    core itself."""
     third_party = set()
     for module, path in MODULES.items():
         if module.split(".")[0] != "core":
@@ -184,5 +180,5 @@ def test_core_needs_only_the_standard_library() -> None:
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and \
                 not node.level else []
             third_party.update(f"{module}: {n}" for n in names
-                               if n.split(".")[0] not in sys.stdlib_module_names)
+                               if n.split(".")[0] not in {*sys.stdlib_module_names, "core"})
     assert not third_party, sorted(third_party)
