@@ -96,7 +96,7 @@ def _row_schema(name: str, table: TableVersion, columns: tuple[Column, ...],
                 logical: LogicalTypes | None = None) -> dict[str, Any]:
     names = _field_names(table, columns)
     if logical is None:
-        types = [["null", _PRIMITIVE.get(c.type_name, "string")] for c in columns]
+        types = [["null", text_avro_type(c)] for c in columns]
     else:  # typed Avro (sinks/avro_logical.py)
         slots = logical.slots(_namespace(table), table.qualified_name, columns, names)
         types = [["null", *slot.branches] for slot in slots]
@@ -144,7 +144,9 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _pack_float = struct.Struct("<f").pack
 _pack_double = struct.Struct("<d").pack
 
-_Writer = Callable[[bytearray, Any], None]
+FieldWriter = Callable[[bytearray, Any], None]
+"""Appends a non-null value to Avro bytes as one nullable field: its union branch (1, zigzag
+``0x02``), then the value; a ValueError for a value not of its type."""
 
 
 def _mismatch(value: Any, avro_type: str) -> ValueError:
@@ -234,16 +236,31 @@ def _write_string(out: bytearray, value: Any) -> None:
     out += data
 
 
-_WRITERS: dict[str, _Writer] = {
+_WRITERS: dict[str, FieldWriter] = {
     "boolean": _write_boolean, "int": _write_int, "long": _write_long,
     "float": _write_float, "double": _write_double, "bytes": _write_bytes,
     "string": _write_string,
 }
 
+
+
+def text_avro_type(column: Column) -> str:
+    """The Avro type of a column's values in text mode (``--avro-types text``, the module
+    docstring): an Avro primitive, or ``string`` for every type that is not one."""
+    return _PRIMITIVE.get(column.type_name, "string")
+
+
+def field_writer(avro_type: str) -> FieldWriter:
+    """How the encoder writes a non-null value of a text-mode field of ``avro_type`` (a
+    value of :func:`text_avro_type`): the same bytes, for a writer of its own (the initial
+    load's compiled path, sinks/loadfast.py, for the values it leaves to Python)."""
+    return _WRITERS[avro_type]
+
+
 _KINDS = {kind: code for code, kind in enumerate(
     ("boolean", "int", "long", "float", "double", "bytes", "string"))}  # as in _fastrow.c
 
-_Fields = tuple[tuple[str, int, _Writer], ...]
+_Fields = tuple[tuple[str, int, FieldWriter], ...]
 """Per column: its name, its Avro type's code in ``_KINDS``, and its writer."""
 
 
@@ -259,7 +276,7 @@ def py_write_row(out: bytearray, row: dict[str, Any], fields: _Fields) -> None:
 
 
 def _fields(columns: tuple[Column, ...]) -> _Fields:
-    kinds = (_PRIMITIVE.get(c.type_name, "string") for c in columns)
+    kinds = (text_avro_type(c) for c in columns)
     return tuple((c.name, _KINDS[kind], _WRITERS[kind])
                  for c, kind in zip(columns, kinds, strict=True))
 

@@ -322,6 +322,18 @@ class KafkaSink:
         if event.op == "d" and self.tombstones:
             self._produce(topic, key, None, headers)  # lets a compacted topic drop the key
 
+    def route(self, table: TableVersion) -> tuple[str, list[tuple[str, str | bytes | None]]]:
+        """The topic and the headers of a published table version's events, as :meth:`write`
+        sends them: for a producer of its own beside the sink's (sinks/loadfast.py)."""
+        _, topic, headers, _ = self._route(table)
+        return topic, headers
+
+    @property
+    def producer_config(self) -> dict[str, Any]:
+        """The settings of the sink's producer (a copy): for a producer of its own beside it
+        that partitions and acknowledges alike (sinks/loadfast.py)."""
+        return dict(self._producer_config)
+
     def _route(self, table: TableVersion) -> _Route:
         """The topic, headers and encoder of a table version's events (cached by ``write``)."""
         unpublished = self._unpublished.get((table.oid, table.version))

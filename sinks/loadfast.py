@@ -35,7 +35,7 @@ from psycopg import sql
 from decoder.change import RowDecoder
 from decoder.values import DATE, NUMERIC, TIMESTAMP, TIMESTAMPTZ
 from sinks.acks import DeliveryError
-from sinks.avro import _PRIMITIVE, _WRITERS, AvroEncoder
+from sinks.avro import AvroEncoder, field_writer, text_avro_type
 from sinks.kafka import KafkaSink
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -55,7 +55,7 @@ _LONGS = {20, 26}  # int8, oid -> Avro long
 def _kind(column: Column, decode: Callable[[str], Any] | None) -> int:
     """The compiled writer of a column (``_loadfast.FALLBACK``: its Python fallback)."""
     assert _loadfast is not None
-    avro = _PRIMITIVE.get(column.type_name, "string")
+    avro = text_avro_type(column)
     oid = column.type_oid
     if avro == "string":
         if decode is None:  # the row keeps COPY's text, which text_of leaves as it is
@@ -72,7 +72,7 @@ def _kind(column: Column, decode: Callable[[str], Any] | None) -> int:
 
 def _fallback(column: Column, decode: Callable[[str], Any] | None) -> Callable[[str], bytes]:
     """A non-null COPY value (its text) as its Avro field, as the slow path writes it."""
-    write = _WRITERS[_PRIMITIVE.get(column.type_name, "string")]
+    write = field_writer(text_avro_type(column))
 
     def field(text: str) -> bytes:
         out = bytearray()
@@ -168,7 +168,7 @@ class FastLoad:
     def __init__(self, sink: KafkaSink, library: str) -> None:
         assert _loadfast is not None
         self.sink = sink
-        settings = dict(sink._producer_config)  # noqa: SLF001
+        settings = sink.producer_config
         # larger batches: a chunk ends in flush(), which sends at once whatever the linger, so
         # only the CPU per message changes (librdkafka's and the broker's: docs/initial-load.md)
         for name, least in _LOAD_BATCHING.items():
@@ -206,7 +206,7 @@ class FastLoad:
             return cached[1]
         sink = self.sink
         assert isinstance(sink.encoder, AvroEncoder)
-        _, topic, headers, _ = sink._route(table)  # noqa: SLF001
+        topic, headers = sink.route(table)
         plan = compile_table(self.producer, table, decoder, sink.encoder, sink.prefix, topic,
                              headers, lsn, commit_time, snapshot)
         self._plans[(table.oid, snapshot)] = (decoder, plan)
