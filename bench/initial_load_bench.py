@@ -216,23 +216,20 @@ def stages(dsn: str, sink: Sink) -> list[tuple[str, float]]:
     """Where a worker's time goes, one thread, one table after the other: CPU us per row of
     (1) COPY rows as psycopg gives them, (2) + rows built and read events made, (3) + the
     events written to ``sink`` and flushed (librdkafka's threads included: process CPU)."""
-    from decoder.change import READ, ChangeEvent, RowDecoder
+    from decoder.change import READ, ChangeEvent
     from decoder.replication import SESSION_OPTIONS
-    from decoder.types import load_types
-    from decoder.values import FIRST_NORMAL_OID, TypeRegistry
     from loads.chunk_reader import ChunkTask, copy_query, row_builder
     from loads.load_state import ChunkState
     from loads.published import fetch_published_tables
+    from snapshot_builder.row_decoders import RowDecoderFactory
 
     with psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
         catalog = fetch_published_tables(conn, "bench", captured=False)
-        registry = TypeRegistry()
-        load_types(conn, {c.type_oid for t in catalog.values() for c in t.table.columns
-                          if c.type_oid >= FIRST_NORMAL_OID}, registry)
+        decoders = RowDecoderFactory(lambda: conn)
         tasks = []
         for published in catalog.values():
             sink.publish_table(published.table, 1)
-            tasks.append(ChunkTask(published, RowDecoder(published.table, registry.decoder_for),
+            tasks.append(ChunkTask(published, decoders.decoder(published.table),
                                    0, ChunkState(0, None), None))
 
         def run(level: int) -> int:
@@ -267,14 +264,12 @@ def kafka_floor(dsn: str, sink: KafkaSink) -> tuple[int, float, float, float]:
     and producer (sinks/loadfast.py) in this process, flushed.  Returns the rows and CPU us
     per row: of the calling thread (encoding, librdkafka's producev), of this whole process
     (librdkafka's threads included) and of the broker."""
-    from decoder.change import RowDecoder
     from decoder.replication import SESSION_OPTIONS
-    from decoder.types import load_types
-    from decoder.values import FIRST_NORMAL_OID, TypeRegistry
     from loads.chunk_reader import ChunkTask, copy_query
     from loads.load_state import ChunkState
     from loads.published import fetch_published_tables
     from sinks.loadfast import FastLoad
+    from snapshot_builder.row_decoders import RowDecoderFactory
 
     fast = FastLoad.for_sink(sink)
     if fast is None:
@@ -283,13 +278,11 @@ def kafka_floor(dsn: str, sink: KafkaSink) -> tuple[int, float, float, float]:
     plans, lines = [], []
     with psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
         catalog = fetch_published_tables(conn, "bench", captured=False)
-        registry = TypeRegistry()
-        load_types(conn, {c.type_oid for t in catalog.values() for c in t.table.columns
-                          if c.type_oid >= FIRST_NORMAL_OID}, registry)
+        decoders = RowDecoderFactory(lambda: conn)
         for published in catalog.values():
             table = published.table
             sink.publish_table(table, 1)
-            plans.append(fast.plan(table, RowDecoder(table, registry.decoder_for), 1, 0))
+            plans.append(fast.plan(table, decoders.decoder(table), 1, 0))
             task = ChunkTask(published, None, 0, ChunkState(0, None), None)
             with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
                 lines.append([bytes(line) for line in copy])

@@ -316,16 +316,16 @@ class BinaryDecoders:
 
     :meth:`decoder_for` gives a column's decoder: it raises
     :class:`BinaryFormatError` naming the type on bytes it cannot read, and for a type
-    without a binary decoder on every value.  Built once per OID, rebuilt after the
-    registry learns new types.
+    without a binary decoder on every value.  Built once per OID, in a cache of the
+    registry's (:meth:`TypeRegistry.derived`), rebuilt after the registry learns new types.
     """
 
-    __slots__ = ("registry", "_built", "_generation")
+    __slots__ = ("registry", "_built", "_building")
 
     def __init__(self, registry: TypeRegistry | None = None) -> None:
         self.registry = registry if registry is not None else TypeRegistry()
-        self._built: dict[int, BinaryDecoder | None] = {}
-        self._generation = self.registry.generation
+        self._built = self.registry.derived(self._from_oid)
+        self._building: set[int] = set()  # the types being built: a cycle has no decoder
 
     def supports(self, oid: int) -> bool:
         """Whether values of the type (and of every type it is built from) decode."""
@@ -354,29 +354,23 @@ class BinaryDecoders:
         return _compiled(decode, checked) or checked
 
     def _raw(self, oid: int) -> BinaryDecoder | None:
-        if self._generation != self.registry.generation:
-            self._built.clear()
-            self._generation = self.registry.generation
-        return self._build(oid, set())
-
-    def _build(self, oid: int, building: set[int]) -> BinaryDecoder | None:
         decode = _BUILTINS.get(oid)
         if decode is not None:
             return decode
-        if oid in self._built:
-            return self._built[oid]
-        shape = self.registry.shape(oid)
-        if shape is None or oid in building:
+        if oid in self._building or self.registry.shape(oid) is None:
             return None
-        building.add(oid)
-        try:
-            decode = self._from_shape(shape, building)
-        finally:
-            building.discard(oid)
-        self._built[oid] = decode
-        return decode
+        return self._built.get(oid)
 
-    def _from_shape(self, shape: v.TypeShape, building: set[int]) -> BinaryDecoder | None:
+    def _from_oid(self, oid: int) -> BinaryDecoder | None:
+        shape = self.registry.shape(oid)
+        assert shape is not None  # _raw asks for registered types only
+        self._building.add(oid)
+        try:
+            return self._from_shape(shape)
+        finally:
+            self._building.discard(oid)
+
+    def _from_shape(self, shape: v.TypeShape) -> BinaryDecoder | None:
         kind = shape.kind
         if kind == "enum":
             return _TEXT
@@ -388,12 +382,12 @@ class BinaryDecoders:
         if kind == "composite":
             fields = []
             for name, field_oid in shape.fields:
-                field = self._build(field_oid, building)
+                field = self._raw(field_oid)
                 if field is None:
                     return None
                 fields.append((name, field_oid, field))
             return _composite(tuple(fields))
-        part = self._build(shape.of, building)
+        part = self._raw(shape.of)
         if part is None:
             return None
         if kind == "domain":

@@ -60,8 +60,10 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from functools import cache
 from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from uuid import UUID as _UUID
+
+from decoder.generation import GenerationCache
 
 TextDecoder = Callable[[str], Any]
 
@@ -700,6 +702,7 @@ def type_name(type_oid: int) -> str:
 # --- types of one database -------------------------------------------------------------------
 
 _Build = Callable[[Callable[[int], TextDecoder]], TextDecoder]
+_Derived = TypeVar("_Derived")
 
 
 @dataclass(frozen=True, slots=True)
@@ -730,16 +733,28 @@ class TypeRegistry:
     reference to an OID the registry does not know decodes as text.  Decoders
     are built by :meth:`decoder_for` (once per OID, not per value) and do no
     lookups when they run.
+
+    What is built from the registered types (its text decoders, the binary ones of
+    decoder/binary.py) is kept in caches of :meth:`derived`, which every registration
+    drops: a new type may complete an object built before it.
     """
 
-    __slots__ = ("_builds", "_names", "_built", "_shapes", "generation")
+    __slots__ = ("_builds", "_names", "_shapes", "_derived", "_decoders", "_building")
 
     def __init__(self) -> None:
         self._builds: dict[int, _Build] = {}
         self._names: dict[int, str] = {}
-        self._built: dict[int, TextDecoder] = {}
         self._shapes: dict[int, TypeShape] = {}
-        self.generation = 0  # counts registrations: decoders built before may be incomplete
+        self._derived: list[GenerationCache[int, Any]] = []
+        self._building: set[int] = set()  # the types being built: a cycle decodes as text
+        self._decoders = self.derived(self._build_decoder)
+
+    def derived(self, build: Callable[[int], _Derived]) -> GenerationCache[int, _Derived]:
+        """A cache of objects ``build(type OID)`` makes from the registered types, dropped
+        whenever a type is registered."""
+        cache: GenerationCache[int, _Derived] = GenerationCache(build)
+        self._derived.append(cache)
+        return cache
 
     def register_enum(self, oid: int, *, name: str | None = None) -> None:
         """An enum: its value is its label."""
@@ -788,8 +803,8 @@ class TypeRegistry:
         self._shapes[oid] = shape
         if name is not None:
             self._names[oid] = name
-        self._built.clear()  # a new type may complete one built before
-        self.generation += 1
+        for built in self._derived:  # a new type may complete an object built before
+            built.invalidate()
 
     def shape(self, oid: int) -> TypeShape | None:
         """How a registered type is built; ``None`` for built-in and unknown types."""
@@ -806,22 +821,19 @@ class TypeRegistry:
 
     def decoder_for(self, type_oid: int) -> TextDecoder:
         """The text decoder of a type; ``str`` for a type the registry does not know."""
-        return self._decoder(type_oid, set())
-
-    def _decoder(self, oid: int, building: set[int]) -> TextDecoder:
-        decode = _DECODERS.get(oid) or self._built.get(oid)
+        decode = _DECODERS.get(type_oid)
         if decode is not None:
             return decode
-        build = self._builds.get(oid)
-        if build is None or oid in building:  # unknown, or a cycle the catalog cannot have
-            return str
-        building.add(oid)
+        if type_oid not in self._builds or type_oid in self._building:
+            return str  # unknown, or a cycle the catalog cannot have
+        return self._decoders.get(type_oid)
+
+    def _build_decoder(self, oid: int) -> TextDecoder:
+        self._building.add(oid)
         try:
-            decode = build(lambda dependency: self._decoder(dependency, building))
+            return self._builds[oid](self.decoder_for)
         finally:
-            building.discard(oid)
-        self._built[oid] = decode
-        return decode
+            self._building.discard(oid)
 
     def type_name(self, type_oid: int) -> str:
         return self._names.get(type_oid) or type_name(type_oid)

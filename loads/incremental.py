@@ -57,8 +57,6 @@ from psycopg import sql
 from decoder.change import READ, TRUNCATE, ChangeEvent, Row, RowDecoder
 from decoder.lsn import format_lsn
 from decoder.replication import SESSION_OPTIONS, now_pg_micros
-from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from loads.published import PublishedTable, fetch_published_tables
 from loads.signals import (
     SIGNALS,
@@ -73,6 +71,7 @@ from sinks.sink import Sink
 from sinks.snapshot_marks import IncrementalRead
 from snapshot_builder import ddl
 from snapshot_builder.catalog import TableVersion
+from snapshot_builder.row_decoders import RowDecoderFactory
 
 __all__ = ["PREFIX", "SIGNALS", "ChangedKeys", "IncrementalSnapshotError", "IncrementalSnapshots",
            "Job", "State", "StateStore", "Visibility", "check_request", "install_signal_table",
@@ -232,12 +231,8 @@ def resolve(conn: Conn, publication: str, job: Job, *, whole: bool = False) -> _
             msg = (f"a key bound of {table.qualified_name} needs {len(key)} value(s), one per "
                    f"key column ({', '.join(key)}); got {len(bound)}")
             raise IncrementalSnapshotError(msg)
-    registry = TypeRegistry()
-    custom = [c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID]
-    if custom:
-        load_types(conn, custom, registry)
     return _Target(published, key, tuple(names.index(k) for k in key),
-                   RowDecoder(table, registry.decoder_for))
+                   RowDecoderFactory(lambda: conn).decoder(table))
 
 
 def whole_query(target: _Target) -> sql.Composed:

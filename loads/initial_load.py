@@ -17,9 +17,8 @@ Generation 0 (the slot does not exist yet):
    again and the load resumes);
 5. every table version is published, and the readers COPY page ranges (``ctid``)
    of the tables in text format, decoded by the stream's own decoders
-   (:class:`~decoder.change.RowDecoder` over a
-   :class:`~decoder.values.TypeRegistry` read under the snapshot, with the
-   replication session's settings; see loads/chunk_reader.py); a worker
+   (:class:`~snapshot_builder.row_decoders.RowDecoderFactory`, its types read under
+   the snapshot, with the replication session's settings; see loads/chunk_reader.py); a worker
    writes its events to its own sink, reader threads hand theirs through a bounded
    queue to the calling thread, which writes them to the sink given;
 6. after each chunk, the sink that wrote it is made durable (``end_transaction``
@@ -81,7 +80,7 @@ import psycopg
 
 from core import failpoints
 from core.errors import TerminalError, TransientError
-from decoder.change import ChangeEvent, RowDecoder
+from decoder.change import ChangeEvent
 from decoder.errors import SlotInUseError
 from decoder.progress import DataLossError, ProgressStore, check_against_slot
 from decoder.replication import (
@@ -99,8 +98,6 @@ from decoder.slot import (
     ensure_publication,
     slot_info,
 )
-from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from loads import read_marks
 from loads.chunk_reader import (
     Batch,
@@ -130,6 +127,7 @@ from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import SnapshotBuilder
 from snapshot_builder.history import HistoryFile
+from snapshot_builder.row_decoders import RowDecoderFactory
 
 log = logging.getLogger(__name__)
 
@@ -500,15 +498,11 @@ class InitialLoad:
               loading: list[TableState], coordinator: Conn) -> list[ChunkTask]:
         """This generation's tasks: every chunk of every table not complete (module docstring).
 
-        Custom types are read under the snapshot, into the registry the stream uses too.
+        Custom types are read under the snapshot.
         """
         self._block_size = block_size(coordinator)
         chunk_pages = min(self.config.chunk_pages, max_chunk_pages(self._block_size))
-        registry = TypeRegistry()
-        custom = {c.type_oid for t in loading for c in catalog[t.oid].table.columns
-                  if c.type_oid >= FIRST_NORMAL_OID}
-        if custom:
-            load_types(coordinator, custom, registry)
+        decoders = RowDecoderFactory(lambda: coordinator)
         tasks: list[ChunkTask] = []
         for table in loading:
             published = catalog[table.oid]
@@ -522,7 +516,7 @@ class InitialLoad:
             elif not whole:
                 extend_tail(table, published.pages, chunk_pages)
             table.schema, table.name = published.table.schema, published.table.name
-            decoder = RowDecoder(published.table, registry.decoder_for)
+            decoder = decoders.decoder(published.table)
             for index, chunk in enumerate(table.chunks):
                 since = None if chunk.done is None else state.generations[chunk.done].xmin
                 tasks.append(ChunkTask(published, decoder, index, chunk, since))

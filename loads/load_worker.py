@@ -14,9 +14,9 @@ worker:
    :class:`Ready`; the parent keeps the exporting connection open until every worker did;
    it publishes each table version it writes (idempotent: the parent published it first);
 3. takes chunks from the shared task queue; per batch of rows it checks the
-   catalog generation in shared memory (:class:`~snapshot_builder.generation.
-   SharedGeneration`) against its :class:`~snapshot_builder.generation.
-   GenerationCache` of row decoders and type registry, stops if the parent
+   catalog generation in shared memory (:class:`~decoder.generation.SharedGeneration`)
+   against its :class:`~decoder.generation.GenerationCache` of row decoders (built by a
+   :class:`~snapshot_builder.row_decoders.RowDecoderFactory`), stops if the parent
    halted or died, writes the events and reports :class:`Rows`; into a Kafka sink in
    Avro the rows go from libpq to librdkafka through compiled code (sinks/loadfast.py),
    the same records without a Python object per row;
@@ -53,8 +53,7 @@ import psycopg
 
 from core.errors import TerminalError, TransientError
 from decoder.change import READ, ChangeEvent, RowDecoder
-from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from decoder.generation import GenerationCache, SharedGeneration
 from loads import read_marks
 from loads.chunk_reader import (
     ChunkTask,
@@ -71,7 +70,7 @@ from loads.read_marks import DONE, FirstClaim
 from sinks.loadfast import FastLoad, copy_lines
 from sinks.sink import Sink
 from snapshot_builder.catalog import TableVersion
-from snapshot_builder.generation import GenerationCache, SharedGeneration
+from snapshot_builder.row_decoders import RowDecoderFactory
 
 log = logging.getLogger(__name__)
 
@@ -162,25 +161,27 @@ class _Reader:
         self.fast = fast  # COPY lines straight to Kafka (sinks/loadfast.py), where it serves
         self.results, self.halt, self.catalog = results, halt, catalog
         self.parent = os.getppid()
-        self.registry = TypeRegistry()
+        self.factory = self._factory()
         self.decoders: GenerationCache[tuple[int, str], RowDecoder] = \
             GenerationCache(self._decoder)
         self._tables: dict[tuple[int, str], TableVersion] = {}
 
+    def _factory(self) -> RowDecoderFactory:
+        """Types read under the load's snapshot, like the parent's."""
+        return RowDecoderFactory(lambda: self.conn)
+
     def _decoder(self, key: tuple[int, str]) -> RowDecoder:
         table = self._tables[key]
-        custom = {c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID}
-        if custom:  # under the load's snapshot, like the parent's registry
-            load_types(self.conn, custom, self.registry)
+        decoder = self.factory.decoder(table)
         self.sink.publish_table(table, self.setup.load_lsn)
-        return RowDecoder(table, self.registry.decoder_for)
+        return decoder
 
     def decoder_for(self, table: TableVersion) -> RowDecoder:
         """At the start of each batch: stop if asked to, drop what a newer catalog made stale."""
         if self.halt.is_set() or os.getppid() != self.parent:
             raise Halted
         if self.decoders.check(self.catalog.value):
-            self.registry = TypeRegistry()  # the types may have changed as well
+            self.factory = self._factory()  # the types may have changed as well
         key = (table.oid, table.version)
         self._tables[key] = table
         return self.decoders.get(key)

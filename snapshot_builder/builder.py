@@ -134,7 +134,7 @@ class SnapshotBuilder:
         self._rewritten: dict[int, str] = {}  # table OID -> why its rows changed (see on_ddl)
         self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
         # counts the open transactions' catalog changes and their rollbacks: with the
-        # generation, what a cache of derived objects checks (pgcdc/row_decoders.py)
+        # generation, what a cache of derived objects checks (snapshot_builder/row_decoders.py)
         self.changes_in_transaction = 0
         self._view: Catalog | None = None  # set while replaying below the latest version
         self._last_compaction = float("-inf")

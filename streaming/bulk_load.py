@@ -64,9 +64,6 @@ import psycopg
 
 from core.errors import TerminalError, TransientError
 from core.wire import topic_name
-from decoder.change import RowDecoder
-from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
 from loads.chunk_reader import (
     ChunkTask,
     begin_in_snapshot,
@@ -89,6 +86,7 @@ from sinks.avro import field_name
 from sinks.envelope import text_of
 from sinks.null import NullSink
 from snapshot_builder.catalog import TableVersion
+from snapshot_builder.row_decoders import RowDecoderFactory
 from streaming import multiset
 from streaming.apply import META_COLUMNS, shape, table_path
 from streaming.evolution import evolve, quote, set_properties, table_exists
@@ -167,14 +165,10 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
     row's ordinal; on its own connection, inside the load's snapshot."""
     table = setup.table.table
     values = avro_row(table)
-    custom = {c.type_oid for c in table.columns if c.type_oid >= FIRST_NORMAL_OID}
     with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
                          application_name="pgcdc lake load") as conn:
         begin_in_snapshot(conn, setup.snapshot)
-        registry = TypeRegistry()
-        if custom:
-            load_types(conn, custom, registry)
-        decode = row_builder(RowDecoder(table, registry.decoder_for))
+        decode = row_builder(RowDecoderFactory(lambda: conn).decoder(table))
         for index, start, end in chunks:
             task = ChunkTask(setup.table, None, index, ChunkState(start, end), None)
             base = ordinal(setup.generation, index, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any
 
-from snapshot_builder.generation import GenerationCache, SharedGeneration
+from decoder.generation import GenerationCache, SharedGeneration
 
 
 def _counting() -> tuple[GenerationCache[str, tuple[str, int]], list[str]]:
@@ -50,6 +50,34 @@ def test_invalidate_drops_at_once_without_a_new_generation() -> None:
     assert built == ["t", "u", "t"]
 
 
+def test_a_change_of_the_open_transaction_invalidates_and_its_end_too() -> None:
+    """The seed's per-command bump: the open transaction's own DDL (``changes``) drops the
+    entries at the change that made it, before its commit moves the generation."""
+    cache, built = _counting()
+    cache.check(5, 0)
+    first = cache.get("a")
+    assert not cache.check(5, 0) and cache.get("a") is first  # unchanged: reused
+    assert cache.check(5, 1) and "a" not in cache  # the transaction's ALTER
+    in_transaction = cache.get("a")
+    assert not cache.check(5, 1) and cache.get("a") is in_transaction
+    assert cache.check(6, 0)  # its commit: a new generation, no open change
+    assert cache.get("a") not in (first, in_transaction) and built == ["a"] * 3
+    assert cache.purges == 2 and (cache.generation, cache.changes) == (6, 0)
+
+
+def test_discard_drops_one_entry_and_entries_is_the_live_view() -> None:
+    cache, built = _counting()
+    cache.check(1)
+    entries = cache.entries
+    a, b = cache.get("a"), cache.get("b")
+    assert dict(entries) == {"a": a, "b": b}
+    cache.discard("a")
+    cache.discard("missing")  # nothing to drop: no error
+    assert "a" not in cache and cache.get("b") is b and cache.purges == 0
+    cache.check(2)
+    assert cache.entries is entries and len(entries) == 0  # same mapping, emptied
+
+
 def _worker(shared: SharedGeneration, ask: Any, answer: Any) -> None:
     """A process with a cache: at each "batch" it checks the shared generation."""
     cache: GenerationCache[int, int] = GenerationCache(lambda key: key * 10)
@@ -77,3 +105,22 @@ def test_a_worker_process_sees_the_shared_generation() -> None:
         ask.put(None)
         process.join(30)
     assert process.exitcode == 0
+
+
+def test_a_type_registered_later_drops_what_the_registry_built() -> None:
+    """The type registry's text decoders and the binary decoders built from it are caches of
+    its own (TypeRegistry.derived): a registration drops them, as a new type may complete
+    one built before it."""
+    from decoder.binary import BinaryDecoders
+    from decoder.values import INT4, TypeRegistry
+
+    registry = TypeRegistry()
+    binary = BinaryDecoders(registry)
+    registry.register_array(60_001, 60_000, name="public._score")
+    assert registry.decoder_for(60_001)("{1,2}") == ["1", "2"]  # the element is unknown
+    assert not binary.supports(60_001)
+    registry.register_domain(60_000, INT4, name="public.score")
+    assert registry.decoder_for(60_001)("{1,2}") == [1, 2]
+    assert binary.supports(60_001)
+    decode = registry.decoder_for(60_001)
+    assert registry.decoder_for(60_001) is decode  # built once while no type is registered

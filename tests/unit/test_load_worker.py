@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from decoder.generation import SharedGeneration
 from loads.chunk_reader import Halted
 from loads.load_worker import WorkerSetup, _Reader
 from sinks.null import NullSink
 from snapshot_builder.catalog import Column, TableVersion
-from snapshot_builder.generation import SharedGeneration
 
 TABLE = TableVersion(7, "public", "t", "d", (Column("id", 23, "int4", -1, True),
                                            Column("note", 25, "text", -1, False)))
@@ -41,10 +41,10 @@ def test_decoders_live_for_one_generation() -> None:
     first = reader.decoder_for(TABLE)
     assert reader.decoder_for(TABLE) is first  # the next batch, same generation
     assert sink.published == [(7, TABLE.version)]
-    registry = reader.registry
+    factory = reader.factory
     shared.bump_to(4)  # a committed catalog change
     second = reader.decoder_for(TABLE)
-    assert second is not first and reader.registry is not registry
+    assert second is not first and reader.factory is not factory  # types read again too
     assert reader.decoders.purges == 1 and reader.decoders.generation == 4
     assert sink.published == [(7, TABLE.version)] * 2  # published again before it is used
     assert second.decode(("1", "x"))[0] == {"id": 1, "note": "x"}
