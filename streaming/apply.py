@@ -176,34 +176,56 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
 def _from_avro(rows: Any, spec: TableSpec) -> Any:
     from pyspark.sql.avro.functions import from_avro
 
+    schema, columns = avro_envelope(spec)
+    decoded = rows.select(from_avro("value", schema).alias("e"), "_version")
+    return decoded.selectExpr(*columns, "_version")
+
+
+def avro_texts(fields: list[dict[str, Any]], row: str, *,
+               typed: bool) -> list[tuple[str, str]]:
+    """Per field of a ``Row`` record (:func:`streaming.typed_avro.row_fields`): its column
+    (the field's ``pgcdc.column``) and the Spark SQL text of its value in the decoded struct
+    ``row``, the field of its own name: a text-mode field cast to a string (``bytes``
+    base64), a typed one spelled by :func:`streaming.typed_avro.text`."""
+    out = []
+    for field in fields:
+        ref = f"{row}.{quote(field['name'])}"
+        if typed:
+            text = typed_avro.text(ref, field)
+        elif typed_avro.value_branches(field["type"]) == ["bytes"]:
+            text = f"base64({ref})"
+        else:
+            text = f"CAST({ref} AS STRING)"
+        out.append((field["pgcdc.column"], text))
+    return out
+
+
+def avro_envelope(spec: TableSpec) -> tuple[str, list[str]]:
+    """The reader schema of an Avro version's values and the Spark SQL columns that make the
+    decoded struct ``e`` an envelope of :func:`parse_envelopes`: ``before`` and ``after``
+    each a map of column name (the field's ``pgcdc.column``) to the text of the field of
+    that name.  Fields are read by name, never by position, so a writer schema whose
+    envelope fields, row fields or union branches come in another order, or with fields
+    added, gives each value to its own column."""
     schema = spec.value_schema
     assert schema is not None
-    fields = json.loads(schema)["fields"][0]["type"][1]["fields"]
-    names = ", ".join(_literal(f["pgcdc.column"]) for f in fields)
+    fields = typed_avro.row_fields(json.loads(schema))
     typed = spec.avro_types != "text"  # each value as the text mode's text (typed_avro.py)
     if typed:
         schema = typed_avro.reader_schema(schema)
 
     def as_map(side: str) -> str:
-        texts = []
-        for field in fields:
-            ref = f"e.{side}.{quote(field['name'])}"
-            if typed:
-                texts.append(typed_avro.text(ref, field))
-                continue
-            kind = field["type"][1]
-            texts.append(f"base64({ref})" if kind == "bytes" else f"CAST({ref} AS STRING)")
+        pairs = avro_texts(fields, f"e.{side}", typed=typed)
+        names = ", ".join(_literal(name) for name, _ in pairs)
+        texts = ", ".join(text for _, text in pairs)
         return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "
-                f"map_from_arrays(array({names}), array({', '.join(texts)})) END AS {side}")
+                f"map_from_arrays(array({names}), array({texts})) END AS {side}")
 
-    decoded = rows.select(from_avro("value", schema).alias("e"), "_version")
-    return decoded.selectExpr("e.op AS op", as_map("before"), as_map("after"),
-                              "e.unchanged AS unchanged",
-                              "named_struct('commit_lsn', e.source.commit_lsn, "
-                              "'ordinal', e.source.ordinal, 'table_oid', e.source.table_oid, "
-                              "'table_version', e.source.table_version, "
-                              "'schema', e.source.schema, 'table', e.source.table) AS source",
-                              "_version")
+    return schema, ["e.op AS op", as_map("before"), as_map("after"), "e.unchanged AS unchanged",
+                    "named_struct('commit_lsn', e.source.commit_lsn, "
+                    "'ordinal', e.source.ordinal, 'table_oid', e.source.table_oid, "
+                    "'table_version', e.source.table_version, "
+                    "'schema', e.source.schema, 'table', e.source.table) AS source"]
 
 
 @dataclass(frozen=True)

@@ -41,17 +41,34 @@ _PRIMITIVES = {"boolean", "int", "long", "float", "double"}
 _DAY = 86_400_000_000  # microseconds
 
 
+def value_branches(avro_type: Any) -> list[Any]:
+    """The branches of a field's type besides ``"null"``, wherever the union puts it (a type
+    that is not a union: itself alone)."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    return [b for b in branches if b != "null"]
+
+
 def row_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fields of the ``Row`` record of an envelope's writer schema (``before``)."""
-    fields: list[dict[str, Any]] = schema["fields"][0]["type"][1]["fields"]
-    return fields
+    """The fields of the ``Row`` record of an envelope's writer schema, found by name: the
+    record ``before`` or ``after`` defines (whichever comes first; the other names it), in
+    the record's own order, whatever the order and the number of the envelope's fields or
+    of a union's branches."""
+    fields = {f["name"]: f for f in schema["fields"]}
+    for side in ("before", "after"):
+        for branch in value_branches(fields[side]["type"] if side in fields else []):
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                found: list[dict[str, Any]] = branch["fields"]
+                return found
+    msg = (f"the writer schema {schema.get('name')!r} defines no row record in a 'before' or "
+           "'after' field; it is not a pgcdc change envelope")
+    raise ValueError(msg)
 
 
 def kind(field: dict[str, Any]) -> str | None:
     """What a Row field holds besides NULL: ``text`` (a primitive cast to its text),
     ``bytes``, ``string``, ``decimal`` (with its NaN branch), ``date``, ``time``,
     ``timestamp``, ``timestamptz``; None for what is not applied (arrays, records)."""
-    branches = field["type"][1:]
+    branches = value_branches(field["type"])
     if len(branches) == 2:
         first, second = branches
         if isinstance(first, dict) and first.get("logicalType") == "decimal" \
