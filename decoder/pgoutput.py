@@ -50,6 +50,30 @@ UNCHANGED_TOAST: Final = _UnchangedToast()
 TupleValue = None | _UnchangedToast | str | bytes
 TupleData = tuple[TupleValue, ...]
 
+# --- tag bytes: the first byte of every message ---------------------------------------------
+# The parser table below is keyed by them; the reorder buffer (decoder/reorder.py) routes on
+# them before parsing, so that a row change reaches its decoder as bytes.
+
+TAG_BEGIN: Final = ord("B")
+TAG_COMMIT: Final = ord("C")
+TAG_ORIGIN: Final = ord("O")
+TAG_RELATION: Final = ord("R")
+TAG_TYPE: Final = ord("Y")
+TAG_INSERT: Final = ord("I")
+TAG_UPDATE: Final = ord("U")
+TAG_DELETE: Final = ord("D")
+TAG_TRUNCATE: Final = ord("T")
+TAG_MESSAGE: Final = ord("M")
+TAG_STREAM_START: Final = ord("S")
+TAG_STREAM_STOP: Final = ord("E")
+TAG_STREAM_COMMIT: Final = ord("c")
+TAG_STREAM_ABORT: Final = ord("A")
+TAG_BEGIN_PREPARE: Final = ord("b")
+TAG_PREPARE: Final = ord("P")
+TAG_COMMIT_PREPARED: Final = ord("K")
+TAG_ROLLBACK_PREPARED: Final = ord("r")
+TAG_STREAM_PREPARE: Final = ord("p")
+
 
 # --- messages -------------------------------------------------------------------------------
 
@@ -497,25 +521,25 @@ def _rollback_prepared_msg(r: _Reader, streaming: bool) -> RollbackPrepared:
 
 
 _PARSERS: dict[int, Callable[[_Reader, bool], Message]] = {
-    ord("B"): _begin_msg,
-    ord("C"): _commit_msg,
-    ord("O"): _origin_msg,
-    ord("R"): _relation_msg,
-    ord("Y"): _type_msg,
-    ord("I"): _insert_msg,
-    ord("U"): _update_msg,
-    ord("D"): _delete_msg,
-    ord("T"): _truncate_msg,
-    ord("M"): _message_msg,
-    ord("S"): _stream_start_msg,
-    ord("E"): _stream_stop_msg,
-    ord("c"): _stream_commit_msg,
-    ord("A"): _stream_abort_msg,
-    ord("b"): _begin_prepare_msg,
-    ord("P"): _prepare_msg,
-    ord("K"): _commit_prepared_msg,
-    ord("r"): _rollback_prepared_msg,
-    ord("p"): _stream_prepare_msg,
+    TAG_BEGIN: _begin_msg,
+    TAG_COMMIT: _commit_msg,
+    TAG_ORIGIN: _origin_msg,
+    TAG_RELATION: _relation_msg,
+    TAG_TYPE: _type_msg,
+    TAG_INSERT: _insert_msg,
+    TAG_UPDATE: _update_msg,
+    TAG_DELETE: _delete_msg,
+    TAG_TRUNCATE: _truncate_msg,
+    TAG_MESSAGE: _message_msg,
+    TAG_STREAM_START: _stream_start_msg,
+    TAG_STREAM_STOP: _stream_stop_msg,
+    TAG_STREAM_COMMIT: _stream_commit_msg,
+    TAG_STREAM_ABORT: _stream_abort_msg,
+    TAG_BEGIN_PREPARE: _begin_prepare_msg,
+    TAG_PREPARE: _prepare_msg,
+    TAG_COMMIT_PREPARED: _commit_prepared_msg,
+    TAG_ROLLBACK_PREPARED: _rollback_prepared_msg,
+    TAG_STREAM_PREPARE: _stream_prepare_msg,
 }
 
 

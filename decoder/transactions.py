@@ -1,12 +1,13 @@
-"""Transactions whose changes arrive before their commit: streamed and prepared ones.
+"""The storage of a transaction whose changes arrive before its commit.
 
 With ``streaming`` on, PostgreSQL sends a large transaction in chunks while it
 is still running; with ``two_phase`` on, it sends a prepared transaction at
-PREPARE time.  Neither may reach a sink before it commits.  A :class:`Spill`
-keeps such a transaction's raw pgoutput messages, in order, in memory up to a
-bound and in a temporary file past it, so memory stays bounded whatever the
-transaction's size.  Raw messages (not decoded events) are kept so that a
-Relation message inside the transaction is replayed at its exact place.
+PREPARE time.  Neither may reach a sink before it commits; the reorder buffer
+(decoder/reorder.py) keeps each in a :class:`Spill`: its raw pgoutput messages,
+in order, in memory up to a bound and in a temporary file past it, so memory
+stays bounded whatever the transaction's size.  Raw messages (not decoded
+events) are kept so that a Relation message inside the transaction is replayed
+at its exact place.
 
 A rolled-back subtransaction's messages are skipped at replay; an aborted or
 rolled-back transaction is discarded whole.
@@ -20,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from decoder import pgoutput as pg
 from decoder.errors import DecodeError
 
 _RECORD = struct.Struct("!IQI")  # subxid, lsn, payload length
@@ -36,7 +38,7 @@ def streamed_xid(payload: bytes) -> int:
     under a replication origin carries no xid: it belongs to the whole transaction, so it
     gets 0 (InvalidTransactionId, never a subtransaction's) and no Stream Abort of a
     subtransaction can drop it."""
-    if payload and payload[0] == 0x4F:  # "O"
+    if payload and payload[0] == pg.TAG_ORIGIN:
         return 0
     if len(payload) < 5:
         msg = "streamed message without its xid"
@@ -120,49 +122,3 @@ class Spill:
         fd, self._path = tempfile.mkstemp(prefix=f"pgcdc-xid{self.xid}-", suffix=".spill",
                                           dir=self._directory)
         self._file = os.fdopen(fd, "w+b")
-
-
-class PendingTransactions:
-    """Every streamed transaction in progress and every prepared one awaiting its outcome."""
-
-    def __init__(self, *, memory_limit: int, directory: str | None = None) -> None:
-        self.memory_limit = memory_limit
-        self.directory = directory
-        self.streamed: dict[int, Spill] = {}
-        self.prepared: dict[str, tuple[Spill, int]] = {}  # gid -> (spill, prepare LSN)
-
-    def stream(self, xid: int) -> Spill:
-        spill = self.streamed.get(xid)
-        if spill is None:
-            spill = Spill(xid, streaming=True, memory_limit=self.memory_limit,
-                          directory=self.directory)
-            self.streamed[xid] = spill
-        return spill
-
-    def new_prepared(self, xid: int) -> Spill:
-        return Spill(xid, streaming=False, memory_limit=self.memory_limit,
-                     directory=self.directory)
-
-    def hold_lsn(self) -> int | None:
-        """The flush LSN must not pass this while a prepared transaction awaits its outcome:
-        PostgreSQL resends a prepared transaction only if its PREPARE is not confirmed."""
-        if not self.prepared:
-            return None
-        return min(lsn for _, lsn in self.prepared.values())
-
-    @property
-    def buffered_bytes(self) -> int:
-        spills = list(self.streamed.values()) + [s for s, _ in self.prepared.values()]
-        return sum(s.buffered_bytes for s in spills)
-
-    def __bool__(self) -> bool:
-        return bool(self.streamed or self.prepared)
-
-    def clear(self) -> None:
-        """Forget everything (after a reconnect the server sends it all again)."""
-        for spill in self.streamed.values():
-            spill.discard()
-        for spill, _ in self.prepared.values():
-            spill.discard()
-        self.streamed.clear()
-        self.prepared.clear()

@@ -1,4 +1,9 @@
-"""The streaming loop: replication slot -> pgoutput -> typed events -> sink -> flush LSN.
+"""The streaming loop: replication slot -> reorder buffer -> typed events -> sink -> flush LSN.
+
+The reorder buffer (decoder/reorder.py) hands over each transaction once it has
+committed, whole (streamed and prepared ones kept until then); the pipeline turns
+its messages into the catalog's versions and typed events (the builder, the row
+decoders) and gives them to the sink.
 
 The order of acknowledgement (sinks/sink.py) happens in
 :meth:`Pipeline._send_status`, through :class:`pgcdc.acknowledgement.Acknowledger`:
@@ -39,6 +44,7 @@ from decoder.change import (
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
 from decoder.progress import ProgressStore, check_against_slot
+from decoder.reorder import ReorderBuffer, Transaction
 from decoder.replication import ReplicationConnection, XLogData, identify_system
 from decoder.restart import StateFiles, start_over
 from decoder.slot import (
@@ -47,12 +53,10 @@ from decoder.slot import (
     ensure_slot,
     slot_info,
 )
-from decoder.transactions import PendingTransactions, Spill, streamed_xid
 from decoder.transfer import choose_binary
 from loads.incremental import PREFIX as WATERMARK_PREFIX
 from loads.incremental import IncrementalSnapshots
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
-from pgcdc.acknowledgement import LagLimitError as LagLimitError  # its former home
 from pgcdc.memory import Trimmer
 from pgcdc.row_decoders import RowDecoders
 from pgcdc.sink_watch import SinkWatch
@@ -65,10 +69,6 @@ from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile
 
 log = logging.getLogger(__name__)
-
-_STREAM_STOP = ord("E")
-_ROW_TAGS = frozenset(b"IUD")  # Insert, Update, Delete
-_SCHEMA_TAGS = (ord("R"), ord("Y"))
 
 
 @dataclass
@@ -196,16 +196,6 @@ def protocol_for(server_version: int) -> int:
     return 1
 
 
-class _OpenTransaction:
-    __slots__ = ("xid", "commit_lsn", "commit_time", "ordinal")
-
-    def __init__(self, xid: int, commit_lsn: int, commit_time: int) -> None:
-        self.xid = xid
-        self.commit_lsn = commit_lsn
-        self.commit_time = commit_time
-        self.ordinal = 0
-
-
 class Pipeline:
     def __init__(self, config: PipelineConfig, sink: Sink, *,
                  incremental: IncrementalSnapshots | None = None) -> None:
@@ -215,13 +205,12 @@ class Pipeline:
         self._incremental = incremental
         self.builder = SnapshotBuilder()
         self.progress = Progress()
-        self.pending = PendingTransactions(memory_limit=config.spill_memory,
-                                           directory=config.spill_directory)
+        # hands over each transaction once committed, whole (streamed, prepared, spilled)
+        self.reorder = ReorderBuffer(self, memory_limit=config.spill_memory,
+                                     directory=config.spill_directory)
+        self._ordinal = 0  # of the current transaction's next event
         # the table version and row decoder the next change of each table uses
         self._decoders = RowDecoders(lambda: self.builder, self._connection)
-        self._txn: _OpenTransaction | None = None
-        self._stream: Spill | None = None  # inside a Stream Start .. Stream Stop block
-        self._preparing: Spill | None = None  # between Begin Prepare and Prepare
         self._two_phase = False
         self._store = ProgressStore(config.progress_file) if config.progress_file else None
         self._binary_on = False  # chosen by prepare() from config.binary
@@ -497,6 +486,7 @@ class Pipeline:
             self.progress.streaming = True
             last_report = 0.0
             heard = time.monotonic()
+            feed = self.reorder.feed  # slot -> reorder buffer -> on_change / on_message ...
             while not stop.is_set():
                 # A batch at a time: polling the sink and the status clock once per batch.
                 received = self.progress.received_lsn
@@ -509,7 +499,7 @@ class Pipeline:
                 for message in batch:
                     received = max(received, message.wal_end)
                     if isinstance(message, XLogData):
-                        self._on_data(message)
+                        feed(message.payload, message.wal_start)
                     else:
                         self._acks.keepalive(message.wal_end)
                         if message.reply_requested:
@@ -592,41 +582,28 @@ class Pipeline:
     def _reset_in_progress(self) -> None:
         self._acks.reset()
         self.builder.rollback()
-        self._txn = None
-        self._stream = None
-        self._preparing = None
-        self.pending.clear()
+        self.reorder.reset()
 
     # --- messages -------------------------------------------------------------------------
 
-    def _on_data(self, frame: XLogData) -> None:
-        payload = frame.payload
-        tag = payload[0]
-        if self._stream is not None and tag != _STREAM_STOP:
-            self._stream.add(streamed_xid(payload), frame.wal_start, payload)
-            return
-        if tag in _ROW_TAGS and self._preparing is None:
-            self._change(payload, frame.wal_start)  # almost every message
-            return
-        message = pg.parse(payload)
-        if self._preparing is not None and not isinstance(message, pg.Prepare):
-            self._preparing.add(self._preparing.xid, frame.wal_start, payload)
-            if isinstance(message, pg.Relation | pg.Type):
-                self._on_prepared_schema(message, frame.wal_start)
-            return
-        if isinstance(message, pg.Begin):
-            self._txn = _OpenTransaction(message.xid, message.final_lsn, message.commit_time)
-        elif isinstance(message, pg.Commit):
-            self._end(message.end_lsn)
-        elif isinstance(message, pg.StreamStart | pg.StreamStop | pg.StreamCommit | pg.StreamAbort):
-            self._on_stream(message)
-        elif isinstance(message, pg.BeginPrepare | pg.Prepare | pg.StreamPrepare
-                        | pg.CommitPrepared | pg.RollbackPrepared):
-            self._on_two_phase(message)
-        else:
-            self._on_meta(message, frame.wal_start)
+    # What the reorder buffer (decoder/reorder.py) hands over: committed transactions, one
+    # at a time, whole; the messages outside any transaction in between.
 
-    def _on_prepared_schema(self, message: pg.Message, lsn: int) -> None:
+    def on_begin(self, transaction: Transaction) -> None:
+        self._ordinal = 0
+        if transaction.streamed:
+            self.progress.streamed_transactions += 1
+
+    def on_abort(self) -> None:
+        self.progress.aborted_transactions += 1
+
+    def on_replay_tick(self) -> None:
+        """A long replay still answers the server (wal_sender_timeout)."""
+        if self._live is not None:
+            self.sink.poll(0)
+            self._send_status(self._live)
+
+    def on_prepared_schema(self, message: pg.Relation | pg.Type, lsn: int) -> None:
         """A Relation or Type inside a prepared transaction, at its PREPARE: pgoutput counts
         a schema sent there as sent for every later transaction, so it describes the table
         from here on; a table the transaction's own DDL changed stays as the catalog has it
@@ -634,27 +611,29 @@ class Pipeline:
         if isinstance(message, pg.Relation):
             self._describe(self.builder.on_relation(message, prepared=True), lsn)
         else:
-            self._on_meta(message, lsn)
+            self.on_message(message, lsn)
 
-    def _on_meta(self, message: pg.Message, lsn: int) -> None:
+    def on_message(self, message: pg.Message, lsn: int) -> None:
         """Relation, Type, Truncate, Origin and logical messages, streamed or not."""
+        txn = self.reorder.current
         if isinstance(message, pg.Relation):
             self._describe(self.builder.on_relation(
-                message, xid=self._txn.xid if self._txn else None), lsn)
+                message, xid=txn.xid if txn else None), lsn)
         elif isinstance(message, pg.Truncate):
             for oid in message.relation_oids:
                 self._emit(TRUNCATE, self._table(oid), None, None, (), lsn)
         elif isinstance(message, pg.Type):
             self.builder.on_type(message)
         elif isinstance(message, pg.LogicalMessage) and message.prefix == ddl.PREFIX:
-            if message.transactional and self._txn is not None:
+            if message.transactional and txn is not None:
                 self._on_ddl(message, lsn)
         elif isinstance(message, pg.LogicalMessage) and message.prefix == WATERMARK_PREFIX:
             if self._incremental is not None and not message.transactional:
                 self._incremental.on_watermark(message.content, lsn)
         elif isinstance(message, pg.LogicalMessage):
             if message.prefix != HEARTBEAT_PREFIX:
-                txn = self._txn if message.transactional else None
+                if not message.transactional:
+                    txn = None
                 self.sink.write_message(message, lsn=lsn,
                                         commit_lsn=txn.commit_lsn if txn else None,
                                         xid=txn.xid if txn else None)
@@ -666,73 +645,6 @@ class Pipeline:
             msg = f"unexpected {type(message).__name__} inside a transaction"
             raise DecodeError(msg, tag=None, offset=0)
 
-    def _on_stream(self, message: pg.StreamStart | pg.StreamStop | pg.StreamCommit
-                   | pg.StreamAbort) -> None:
-        if isinstance(message, pg.StreamStart):
-            self._stream = self.pending.stream(message.xid)
-        elif isinstance(message, pg.StreamStop):
-            self._stream = None
-        elif isinstance(message, pg.StreamCommit):
-            spill = self.pending.streamed.pop(message.xid, None)
-            self.progress.streamed_transactions += 1
-            self._replay(spill, message.xid, message.commit_lsn, message.commit_time,
-                         message.end_lsn)
-        else:
-            spill = self.pending.streamed.get(message.xid)
-            if spill is None:
-                return
-            if message.subxid == message.xid:
-                spill.discard()
-                del self.pending.streamed[message.xid]
-                self.progress.aborted_transactions += 1
-            else:
-                spill.abort_subtransaction(message.subxid)
-
-    def _on_two_phase(self, message: pg.BeginPrepare | pg.Prepare | pg.StreamPrepare
-                      | pg.CommitPrepared | pg.RollbackPrepared) -> None:
-        if isinstance(message, pg.BeginPrepare):
-            self._preparing = self.pending.new_prepared(message.xid)
-        elif isinstance(message, pg.Prepare):
-            spill, self._preparing = self._preparing, None
-            if spill is not None:
-                self.pending.prepared[message.gid] = (spill, message.prepare_lsn)
-        elif isinstance(message, pg.StreamPrepare):
-            streamed = self.pending.streamed.pop(message.xid, None)
-            if streamed is not None:
-                self.pending.prepared[message.gid] = (streamed, message.prepare_lsn)
-                for lsn, payload in streamed.replay():  # the schemas count as sent now
-                    if payload[0] in _SCHEMA_TAGS:
-                        self._on_prepared_schema(pg.parse(payload, streaming=True), lsn)
-        elif isinstance(message, pg.CommitPrepared):
-            entry = self.pending.prepared.pop(message.gid, None)
-            self._replay(entry[0] if entry else None, message.xid, message.commit_lsn,
-                         message.commit_time, message.end_lsn)
-        else:
-            entry = self.pending.prepared.pop(message.gid, None)
-            if entry is not None:
-                entry[0].discard()
-            self.progress.aborted_transactions += 1
-
-    def _replay(self, spill: Spill | None, xid: int, commit_lsn: int, commit_time: int,
-                end_lsn: int) -> None:
-        """Emit a transaction that was kept until its commit, then close it."""
-        self._txn = _OpenTransaction(xid, commit_lsn, commit_time)
-        if spill is not None:
-            try:
-                streaming = spill.streaming
-                for count, (lsn, payload) in enumerate(spill.replay(), 1):
-                    if payload[0] in _ROW_TAGS:
-                        self._change(payload, lsn, streaming=streaming)
-                    else:
-                        self._on_meta(pg.parse(payload, streaming=streaming), lsn)
-                    if count % 100 == 0 and self._live is not None:
-                        # a long replay still answers the server (wal_sender_timeout)
-                        self.sink.poll(0)
-                        self._send_status(self._live)
-            finally:
-                spill.discard()
-        self._end(end_lsn)
-
     def _describe(self, table: TableVersion, lsn: int) -> None:
         """From here on, changes of this table decode with this version, published with the
         LSN it counts from.  A Relation message carries none (PostgreSQL writes it with an
@@ -741,7 +653,8 @@ class Pipeline:
         prepared), never from 0, which would order it before every version published
         earlier (an initial load's, say)."""
         if not lsn:
-            lsn = self._txn.commit_lsn if self._txn is not None else self.progress.received_lsn
+            txn = self.reorder.current
+            lsn = txn.commit_lsn if txn is not None else self.progress.received_lsn
         if self._decoders.describe(table):
             described = self._decoders.get(table.oid)  # its domain columns' base types named
             self.sink.publish_table(described[0] if described is not None else table, lsn)
@@ -755,22 +668,22 @@ class Pipeline:
         if changed.oid in self._decoders:  # a published table the stream already uses
             self._describe(changed, lsn)
 
-    def _end(self, end_lsn: int) -> None:
-        if self._txn is not None:
+    def on_commit(self, end_lsn: int) -> None:
+        txn = self.reorder.current
+        if txn is not None:
             rewritten = self.builder.rewritten
             detached = self.builder.detach_partitions()
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
-            self.builder.commit(self._txn.commit_lsn, self._txn.commit_time)
+            self.builder.commit(txn.commit_lsn, txn.commit_time)
             if rewritten:  # requested before the commit can be acknowledged
-                self._read_again(rewritten, self._txn.commit_lsn)
+                self._read_again(rewritten, txn.commit_lsn)
             for root, partition in detached:
-                self._detached(root, partition, self._txn.commit_lsn)
+                self._detached(root, partition, txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
             self.sink.publish_catalog(entry.version, entry.lsn, entry.to_json())
             self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
         self.sink.end_transaction(end_lsn)
-        self._txn = None
         self.progress.transactions += 1
 
     def _read_again(self, rewritten: dict[int, str], commit_lsn: int) -> None:
@@ -843,7 +756,7 @@ class Pipeline:
             raise DecodeError(msg, tag=None, offset=0)
         return current
 
-    def _change(self, payload: bytes, lsn: int, *, streaming: bool = False) -> None:
+    def on_change(self, payload: bytes, lsn: int, streaming: bool) -> None:
         """An Insert, Update or Delete: bytes straight to rows (no message object)."""
         op, table, before, after, unchanged = decode_change(payload, self._current,
                                                             streaming=streaming)
@@ -852,16 +765,16 @@ class Pipeline:
 
     def _emit(self, op: str, table: TableVersion, before: dict[str, object] | None,
               after: dict[str, object] | None, unchanged: tuple[str, ...], lsn: int) -> None:
-        txn = self._txn
+        txn = self.reorder.current
         if txn is None:
             msg = f"{op!r} change outside a transaction"
             raise DecodeError(msg, tag=None, offset=0)
         event = ChangeEvent(op, table, before, after, unchanged, txn.commit_lsn, lsn,
-                            txn.ordinal, txn.xid, txn.commit_time)
+                            self._ordinal, txn.xid, txn.commit_time)
         self.sink.write(event)
         if self._incremental is not None:
             self._incremental.on_change(event)
-        txn.ordinal += 1
+        self._ordinal += 1
         self.progress.events += 1
         key = (table.qualified_name, op)
         self.progress.by_table_op[key] = self.progress.by_table_op.get(key, 0) + 1
@@ -873,10 +786,9 @@ class Pipeline:
         acks = self._acks
         if not force and not acks.due():
             return
-        idle = (self._txn is None and self._stream is None and self._preparing is None
-                and not self.pending and self.sink.in_flight() == 0)
-        acks.advance(idle=idle, hold=self.pending.hold_lsn())
-        self.progress.buffered_bytes = self.pending.buffered_bytes
+        idle = self.reorder.idle and self.sink.in_flight() == 0
+        acks.advance(idle=idle, hold=self.reorder.hold_lsn())
+        self.progress.buffered_bytes = self.reorder.buffered_bytes
         if self.builder.state is BuilderState.FULL_SNAPSHOT:
             self._check_running_finished()
         acks.confirm(stream, idle=idle)

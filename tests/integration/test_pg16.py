@@ -125,7 +125,7 @@ def test_large_streamed_transaction_decodes_equal_to_the_source(pg16_dsn: str,
     assert first["ts"] == datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC)
     assert first["tags"] == ["a1", None, "b"]
     assert json.loads(replica[1000]["doc"]) == {"g": 1000, "even": True, "updated": True}
-    assert pipeline.pending.buffered_bytes == 0
+    assert pipeline.reorder.buffered_bytes == 0
 
 
 @pytest.mark.usefixtures("table")
@@ -144,10 +144,10 @@ def test_two_phase_commit(pg16_dsn: str, conn: Conn) -> None:
         other.execute(ROWS, (10, 11))
         other.execute("PREPARE TRANSACTION 'undone'")
         conn.execute(ROWS, (50, 50))
-        wait(lambda: len(pipeline.pending.prepared) == 3 and sink.events)
+        wait(lambda: len(pipeline.reorder.prepared) == 3 and sink.events)
         assert [e.key["id"] for e in sink.events] == [50], "nothing prepared before its commit"
-        assert set(pipeline.pending.prepared) == {"small", "large", "undone"}
-        hold = pipeline.pending.hold_lsn()
+        assert set(pipeline.reorder.prepared) == {"small", "large", "undone"}
+        hold = pipeline.reorder.hold_lsn()
         slot = slot_info(conn, "two_phase_v4")
         assert hold is not None and slot is not None and slot.confirmed_flush_lsn is not None
         assert slot.confirmed_flush_lsn <= hold, "the slot never passes an open PREPARE"
@@ -159,7 +159,7 @@ def test_two_phase_commit(pg16_dsn: str, conn: Conn) -> None:
         wait(lambda: pipeline.progress.durable_lsn >= end)
     ids = [e.key["id"] for e in sink.events]
     assert ids == [50, *range(100, 5_001), 1, 2]
-    assert not pipeline.pending.prepared
+    assert not pipeline.reorder.prepared
     assert pipeline.progress.aborted_transactions >= 1
     large = sink.events[1:-2]
     assert len({e.commit_lsn for e in large}) == 1

@@ -16,8 +16,9 @@ import psycopg
 import pytest
 
 from decoder.slot import current_wal_lsn, slot_info
+from pgcdc.acknowledgement import LagLimitError
 from pgcdc.metrics import MetricsServer
-from pgcdc.pipeline import LagLimitError, Pipeline, PipelineConfig
+from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.ports import free_port
 from tests.recording_sink import RecordingSink
 

@@ -51,7 +51,7 @@ def test_large_streamed_transaction_interleaved(pg_conn: Conn, pg_dsn: str) -> N
     assert [e.ordinal for e in sink.events[1:]] == list(range(5500))
     assert len({e.commit_lsn for e in sink.events[1:]}) == 1
     assert pipeline.progress.streamed_transactions >= 1
-    assert pipeline.pending.buffered_bytes == 0
+    assert pipeline.reorder.buffered_bytes == 0
 
 
 @pytest.mark.usefixtures("table")
@@ -84,7 +84,7 @@ def test_prepared_transaction_waits_for_commit_prepared(pg_conn: Conn, pg_dsn: s
         wait(lambda: sink.events)
         time.sleep(1.0)
         assert [e.key["id"] for e in sink.events] == [4]
-        hold = pipeline.pending.hold_lsn()
+        hold = pipeline.reorder.hold_lsn()
         assert hold is not None
         info = slot_info(pg_conn, "pgcdc")
         assert info is not None and info.confirmed_flush_lsn is not None
@@ -96,7 +96,7 @@ def test_prepared_transaction_waits_for_commit_prepared(pg_conn: Conn, pg_dsn: s
     ids = [e.key["id"] for e in sink.events]
     assert ids == [4, 1, 2]
     assert sink.events[1].commit_lsn > sink.events[0].commit_lsn
-    assert pipeline.pending.hold_lsn() is None
+    assert pipeline.reorder.hold_lsn() is None
 
 
 @pytest.mark.usefixtures("table")
