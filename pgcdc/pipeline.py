@@ -64,7 +64,7 @@ from pgcdc.start_checks import checked_publication
 from sinks.acks import DeliveryError
 from sinks.sink import Sink
 from snapshot_builder import ddl
-from snapshot_builder.builder import BuilderState, SnapshotBuilder
+from snapshot_builder.builder import BuilderState, Departure, SnapshotBuilder
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile
 
@@ -153,6 +153,11 @@ class Progress:
         for (table, _op), count in list(self.by_table_op.items()):
             out[table] = out.get(table, 0) + count
         return out
+
+
+def _name(table: TableVersion) -> str:
+    """The table's quoted, schema-qualified name."""
+    return f"{_quoted(table.schema)}.{_quoted(table.name)}"
 
 
 def _quoted(identifier: str) -> str:
@@ -678,8 +683,8 @@ class Pipeline:
             self.builder.commit(txn.commit_lsn, txn.commit_time)
             if rewritten:  # requested before the commit can be acknowledged
                 self._read_again(rewritten, txn.commit_lsn)
-            for root, partition in detached:
-                self._detached(root, partition, txn.commit_lsn)
+            for departure in detached:
+                self._detached(departure, txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
             self.sink.publish_catalog(entry.version, entry.lsn, entry.to_json())
             self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
@@ -717,32 +722,36 @@ class Pipeline:
             key = f"{table.qualified_name}:{action}"
             self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 
-    def _detached(self, root: TableVersion, partition: TableVersion, commit_lsn: int) -> None:
-        """A partition detached from a table published via its root: its rows left the
-        root with no row change in the WAL.  With incremental snapshots the root is read
-        again whole (a truncate, then every row: a read by key would leave the rows that
-        left) and the partition read again (published on its own now, it holds rows the
-        stream never sent as its own; not read if its publication leaves it out)."""
-        names = [f"{_quoted(t.schema)}.{_quoted(t.name)}" for t in (root, partition)]
+    def _detached(self, departure: Departure, commit_lsn: int) -> None:
+        """A partition detached from a table published via its root, or dropped: its rows
+        left the root with no row change in the WAL.  With incremental snapshots the root
+        is read again whole (a truncate, then every row: a read by key would leave the rows
+        that left) and a detached partition read again (published on its own now, it holds
+        rows the stream never sent as its own).  A table the publication leaves out (a
+        partition, or a root its publication does not publish via the root) ends its read
+        quietly."""
+        root, partition = departure.root, departure.partition
+        what = (f"dropped partition {partition.qualified_name} of" if departure.dropped
+                else f"detached partition {partition.qualified_name} from")
         if self._incremental is not None:
-            self._incremental.read_again(names[0], root.oid, whole=True)
-            self._incremental.read_again(names[1], partition.oid)
+            self._incremental.read_again(_name(root), root.oid, whole=True)
+            if not departure.dropped:
+                self._incremental.read_again(_name(partition), partition.oid)
             action = "read_again"
-            log.info("DDL at %s detached partition %s from %s (published via its root): "
-                     "reading %s again whole, and %s", format_lsn(commit_lsn),
-                     partition.qualified_name, root.qualified_name, root.qualified_name,
-                     partition.qualified_name)
+            log.info("DDL at %s %s %s: reading %s again whole if published via its root%s",
+                     format_lsn(commit_lsn), what, root.qualified_name, root.qualified_name,
+                     "" if departure.dropped else f", and {partition.qualified_name}")
         else:
             action = "not_followed"
-            log.warning("DDL at %s detached partition %s from %s, which publication %s "
-                        "publishes via its root: the partition's rows left %s without row "
-                        "changes in the WAL, so downstream %s keeps them (and %s, if "
-                        "published on its own, lacks its earlier rows); run pgcdc with "
-                        "--incremental-snapshots to have both read again automatically, or "
-                        "re-load both tables", format_lsn(commit_lsn),
-                        partition.qualified_name, root.qualified_name,
+            log.warning("DDL at %s %s %s: if publication %s publishes %s via its root, the "
+                        "partition's rows left it without row changes in the WAL, so "
+                        "downstream %s keeps them%s; run pgcdc with --incremental-snapshots "
+                        "to have them read again automatically, or re-load %s",
+                        format_lsn(commit_lsn), what, root.qualified_name,
                         self.config.publication, root.qualified_name, root.qualified_name,
-                        partition.qualified_name)
+                        "" if departure.dropped else
+                        f" (and {partition.qualified_name}, if published on its own, lacks "
+                        "its earlier rows)", root.qualified_name)
         key = f"{root.qualified_name}:{action}"  # as for the other rewrites
         self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 
@@ -119,6 +119,14 @@ class RetentionPolicy:
             raise ValueError(msg)
 
 
+class Departure(NamedTuple):
+    """A partition's rows left an ancestor unseen (:meth:`SnapshotBuilder.detach_partitions`)."""
+
+    root: TableVersion  # the ancestor it left
+    partition: TableVersion  # its new definition, or its last one if dropped
+    dropped: bool
+
+
 class SnapshotBuilder:
     def __init__(self, history: CatalogHistory | None = None, *,
                  publication: str | None = None) -> None:
@@ -133,6 +141,8 @@ class SnapshotBuilder:
         self._pending: list[Change] = []
         self._rewritten: dict[int, str] = {}  # table OID -> why its rows changed (see on_ddl)
         self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
+        # the same for every table described since pgcdc started (committed transactions)
+        self._membership: dict[int, bool] = {}
         # counts the open transactions' catalog changes and their rollbacks: with the
         # generation, what a cache of derived objects checks (snapshot_builder/row_decoders.py)
         self.changes_in_transaction = 0
@@ -360,8 +370,10 @@ class SnapshotBuilder:
             if reason is not None:
                 self._rewritten.setdefault(oid, reason)
             parent = change.table.partition_parent
-            if previous is not None and previous.partition_parent is None and parent is not None:
-                # ATTACH PARTITION: the table's rows join its ancestors' with no row change in
+            if previous is not None and parent is not None \
+                    and previous.partition_parent != parent:
+                # ATTACH PARTITION (maybe just detached from another parent in the same
+                # transaction): the table's rows join its ancestors' with no row change in
                 # the WAL; a publication that publishes via the root (the only one that
                 # publishes an ancestor) has them read again (``rewritten`` keeps those)
                 why = f"{change.table.qualified_name} attached as a partition with its rows"
@@ -410,6 +422,7 @@ class SnapshotBuilder:
                 changes = _effective(self._pending, history.latest)
             for change in changes:
                 history.append(change, lsn=commit_lsn, commit_time=commit_time)
+        self._membership.update(self._published)
         if self._view is not None:  # replaying: the stream is now at commit_lsn
             caught_up = commit_lsn >= self.history.latest.lsn
             self._view = None if caught_up else self.history.catalog_at(commit_lsn)
@@ -480,25 +493,40 @@ class SnapshotBuilder:
             oid = table.partition_parent
         return chain
 
-    def detach_partitions(self) -> list[tuple[TableVersion, TableVersion]]:
-        """``(root, partition)`` for each partition the open transaction detached from a
-        partitioned table its publication publishes via the root, the partition's new
-        definition (no parent) added to the transaction's changes.  The trigger describes a
-        partitioned table's partitions after it, so a known partition it no longer describes
-        left it (a dropped one is a drop).  The partition's rows left the root with no row
-        change in the WAL: the pipeline reads both again (the root whole).  Call once, just
-        before :meth:`commit`."""
-        roots = {oid for oid, table in self._overlay.items()
-                 if table is not None and self._published.get(oid) is True}
+    def detach_partitions(self) -> list[Departure]:
+        """Each partition the open transaction took out of a partitioned table, with each
+        ancestor it left (the partition's new definition, without a parent, added to the
+        transaction's changes).  Its rows left those ancestors with no row change in the
+        WAL: a publication that publishes via the root (the only one that publishes an
+        ancestor) has the root read again whole, and the partition, if it still exists.
+
+        A partition left its parent when it was dropped, when the trigger described it
+        under another parent (detached and attached elsewhere in one transaction), or when
+        the trigger described the parent and not it (it describes a partitioned table's
+        partitions after it).  Ancestors the trigger said (in this transaction or an
+        earlier one since pgcdc started) are not in the publication are left out; one it
+        never described is kept (a request for a table outside the publication ends
+        quietly).  Call once, just before :meth:`commit`."""
         out = []
-        for oid, table in (self.catalog.tables.items() if roots else ()):
-            if oid not in self._overlay and table.partition_parent in roots:
-                root = self._overlay[table.partition_parent]
-                assert root is not None
-                alone = replace(table, partition_parent=None)
-                self._overlay[oid] = alone
-                self._pending.append(PutTable(alone))
-                out.append((root, alone))
+        for oid, table in self.catalog.tables.items():
+            parent = table.partition_parent
+            if parent is None:
+                continue
+            if oid in self._overlay:
+                now = self._overlay[oid]
+                if now is not None and now.partition_parent == parent:
+                    continue  # still its partition
+            elif self._overlay.get(parent) is None:
+                continue  # its parent not described (or dropped with it)
+            else:  # the parent's description left it out
+                now = replace(table, partition_parent=None)
+                self._overlay[oid] = now
+                self._pending.append(PutTable(now))
+            for ancestor in self._ancestors(parent):
+                root = self.table(ancestor)
+                published = self._published.get(ancestor, self._membership.get(ancestor))
+                if root is not None and published is not False:
+                    out.append(Departure(root, now or table, dropped=now is None))
         return out
 
     @property

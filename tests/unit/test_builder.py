@@ -382,7 +382,8 @@ def test_partitions_attached_and_detached_under_a_root_published_table(
     builder.on_ddl(_part(1, None, True))  # DETACH PARTITION t2: t2 no longer described
     builder.on_ddl(_part(3, 1, False))
     detached = builder.detach_partitions()
-    assert [(r.oid, p.oid, p.partition_parent) for r, p in detached] == [(1, 2, None)]
+    assert [(r.oid, p.oid, p.partition_parent, d) for r, p, d in detached] == \
+        [(1, 2, None, False)]
     assert builder.rewritten == {}
     builder.commit(300, 0)
     alone = builder.history.latest.table(2)
@@ -412,3 +413,33 @@ def test_partitions_attached_and_detached_under_a_root_published_table(
     leaf.on_ddl(_part(1, None, False))
     leaf.on_ddl(_part(3, 1, True))
     assert leaf.rewritten == {} and leaf.detach_partitions() == []
+    leaf.commit(200, 0)
+    leaf.on_ddl(_ddl("drop", oid=3))  # DROP TABLE t3: the root, known unpublished, no read
+    assert leaf.detach_partitions() == []
+
+
+def test_a_partition_moved_to_another_root_or_dropped_leaves_its_root(tmp_path: Path) -> None:
+    """Detached from one root and attached to another in one transaction: the new root is
+    read again, the old one whole; a partition dropped: its root read whole, the partition
+    not read; a root never described since the start counts as published."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    builder.start_consistent([], 10)
+    for oid, parent in ((1, None), (2, 1), (4, None), (5, 1)):  # roots p (1), q (4)
+        builder.on_ddl(_part(oid, parent, parent is None))
+    builder.commit(100, 0)
+    builder.on_ddl(_part(1, None, True))  # DETACH t2 from p: p described without it
+    builder.on_ddl(_part(5, 1, False))
+    builder.on_ddl(_part(4, None, True))  # ATTACH t2 to q
+    builder.on_ddl(_part(2, 4, False))
+    assert set(builder.rewritten) == {4}
+    assert [(r.oid, p.oid, p.partition_parent, d) for r, p, d in
+            builder.detach_partitions()] == [(1, 2, 4, False)]
+    builder.commit(200, 0)
+    builder.on_ddl(_ddl("drop", oid=5))  # DROP TABLE t5: p (not described) read whole
+    assert [(r.oid, p.oid, d) for r, p, d in builder.detach_partitions()] == [(1, 5, True)]
+    builder.commit(300, 0)
+
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    restarted.resume(300)  # membership unknown after a restart: q counts as published
+    restarted.on_ddl(_ddl("drop", oid=2))
+    assert [(r.oid, p.oid, d) for r, p, d in restarted.detach_partitions()] == [(4, 2, True)]
