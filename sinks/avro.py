@@ -39,10 +39,12 @@ from typing import Any, Final
 
 import fastavro
 
+from core import wire
+from core.wire import CONNECTOR, PRODUCER_VERSION
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
 from sinks.avro_logical import LogicalTypes, compiled_kind, varint
-from sinks.envelope import CONNECTOR, text_of
+from sinks.envelope import text_of
 from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -57,20 +59,20 @@ _PRIMITIVE: dict[str, str] = {
 _SOURCE = {
     "type": "record", "name": "Source", "namespace": "pgcdc",
     "fields": [
-        {"name": "version", "type": "string"},
-        {"name": "connector", "type": "string"},
-        {"name": "name", "type": "string"},
-        {"name": "ts_ms", "type": "long"},
-        {"name": "snapshot", "type": "string"},
-        {"name": "db", "type": "string"},
-        {"name": "schema", "type": "string"},
-        {"name": "table", "type": "string"},
-        {"name": "txId", "type": "long"},
-        {"name": "lsn", "type": "long"},
-        {"name": "commit_lsn", "type": "long"},
-        {"name": "ordinal", "type": "long"},
-        {"name": "table_oid", "type": "long"},
-        {"name": "table_version", "type": "string"},
+        {"name": wire.SOURCE_VERSION, "type": "string"},
+        {"name": wire.SOURCE_CONNECTOR, "type": "string"},
+        {"name": wire.SOURCE_NAME, "type": "string"},
+        {"name": wire.SOURCE_TS_MS, "type": "long"},
+        {"name": wire.SOURCE_SNAPSHOT, "type": "string"},
+        {"name": wire.SOURCE_DB, "type": "string"},
+        {"name": wire.SOURCE_SCHEMA, "type": "string"},
+        {"name": wire.SOURCE_TABLE, "type": "string"},
+        {"name": wire.SOURCE_TX_ID, "type": "long"},
+        {"name": wire.SOURCE_LSN, "type": "long"},
+        {"name": wire.SOURCE_COMMIT_LSN, "type": "long"},
+        {"name": wire.SOURCE_ORDINAL, "type": "long"},
+        {"name": wire.SOURCE_TABLE_OID, "type": "long"},
+        {"name": wire.SOURCE_TABLE_VERSION, "type": "string"},
     ],
 }
 
@@ -103,7 +105,7 @@ def _row_schema(name: str, table: TableVersion, columns: tuple[Column, ...],
     return {
         "type": "record", "name": name, "namespace": _namespace(table),
         "fields": [
-            {"name": n, "type": t, "default": None, "pgcdc.column": c.name}
+            {"name": n, "type": t, "default": None, wire.COLUMN_ATTRIBUTE: c.name}
             for n, t, c in zip(names, types, columns, strict=True)
         ],
     }
@@ -120,12 +122,12 @@ def value_schema(table: TableVersion, logical: LogicalTypes | None = None) -> di
     return {
         "type": "record", "name": "Envelope", "namespace": _namespace(table),
         "fields": [
-            {"name": "before", "type": ["null", row], "default": None},
-            {"name": "after", "type": ["null", f"{_namespace(table)}.Row"], "default": None},
-            {"name": "source", "type": _SOURCE},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": "long"},
-            {"name": "unchanged", "type": {"type": "array", "items": "string"}},
+            {"name": wire.BEFORE, "type": ["null", row], "default": None},
+            {"name": wire.AFTER, "type": ["null", f"{_namespace(table)}.Row"], "default": None},
+            {"name": wire.SOURCE, "type": _SOURCE},
+            {"name": wire.OP, "type": "string"},
+            {"name": wire.TS_MS, "type": "long"},
+            {"name": wire.UNCHANGED, "type": {"type": "array", "items": "string"}},
         ],
     }
 
@@ -394,7 +396,7 @@ class _Version:
         head = self._heads.get(server_name)
         if head is None:
             head = self._heads[server_name] = (
-                _string("pgcdc-1") + _string(CONNECTOR) + _string(server_name))
+                _string(PRODUCER_VERSION) + _string(CONNECTOR) + _string(server_name))
         return head
 
     def read_frame(self, server_name: str, lsn: int, commit_time: int,
@@ -466,7 +468,7 @@ class AvroEncoder:
     None: every column that is not an Avro primitive is a string (``--avro-types text``).
     """
 
-    format = "avro"
+    format = wire.FORMAT_AVRO
 
     def __init__(self, *, compiled: bool | None = None,
                  logical: LogicalTypes | None = None) -> None:
@@ -480,7 +482,7 @@ class AvroEncoder:
     @property
     def avro_types(self) -> str:
         """``logical`` (typed Avro) or ``text``: the catalog record's ``avro_types``."""
-        return "text" if self.logical is None else "logical"
+        return wire.AVRO_TYPES_TEXT if self.logical is None else wire.AVRO_TYPES_LOGICAL
 
     def _version(self, table: TableVersion) -> _Version:
         cached = self._versions.get((table.oid, table.layout, table.meta))
@@ -492,11 +494,12 @@ class AvroEncoder:
     def schemas(self, table: TableVersion) -> dict[str, str]:
         """The writer schemas of a version, as published in the catalog log (with
         ``avro_types: logical`` for typed Avro; a record without it is ``text``)."""
-        out = {"key_schema": json.dumps(key_schema(table, self.logical), separators=(",", ":")),
-               "value_schema": json.dumps(value_schema(table, self.logical),
-                                          separators=(",", ":"))}
+        out = {wire.CATALOG_KEY_SCHEMA: json.dumps(key_schema(table, self.logical),
+                                                   separators=(",", ":")),
+               wire.CATALOG_VALUE_SCHEMA: json.dumps(value_schema(table, self.logical),
+                                                     separators=(",", ":"))}
         if self.logical is not None:
-            out["avro_types"] = "logical"
+            out[wire.CATALOG_AVRO_TYPES] = wire.AVRO_TYPES_LOGICAL
         return out
 
     def key(self, event: ChangeEvent) -> bytes:

@@ -56,6 +56,7 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any, Final, Literal
 
+from core.wire import FORMAT_DEBEZIUM_JSON, FORMAT_JSON
 from decoder.values import ARRAY_OIDS, BUILTIN_TYPE_NAMES, Interval, Point
 from snapshot_builder.catalog import Column, TableVersion
 
@@ -103,7 +104,7 @@ class JsonOptions:
     def header(self) -> str:
         """The ``pgcdc.format`` header of these records: ``json`` for pgcdc's own encoding
         (what pgcdc's Spark job reads), ``debezium-json`` for Debezium's."""
-        return "json" if self.mode == "pgcdc" else "debezium-json"
+        return FORMAT_JSON if self.mode == "pgcdc" else FORMAT_DEBEZIUM_JSON
 
 
 PGCDC_JSON: Final = JsonOptions(mode="pgcdc")

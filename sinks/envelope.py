@@ -68,6 +68,8 @@ from ipaddress import IPv4Interface, IPv4Network, IPv6Interface, IPv6Network
 from typing import Any
 from uuid import UUID
 
+from core import wire
+from core.wire import AFTER, BEFORE, CONNECTOR, OP, PRODUCER_VERSION, SOURCE, UNCHANGED
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
 from decoder.values import (
@@ -85,8 +87,6 @@ from decoder.values import (
 from sinks.debezium_json import PGCDC_JSON, JsonOptions, RowConverter, fast_kind
 from sinks.snapshot_marks import MarkedRead, snapshot_of
 from snapshot_builder.catalog import Column, TableVersion
-
-CONNECTOR = "pgcdc"
 
 _Convert = Callable[[Any], Any]
 
@@ -172,28 +172,46 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int,
     if options.mode == "debezium":
         return _debezium_envelope(event, server_name, now_ms, options)
     return {
-        "before": event.before,
-        "after": event.after,
-        "source": {
-            "version": "pgcdc-1",
-            "connector": CONNECTOR,
-            "name": server_name,
-            "ts_ms": unix_millis(event.commit_time),
-            "snapshot": snapshot_of(event),
-            "db": options.database,
-            "schema": table.schema,
-            "table": table.name,
-            "txId": event.xid,
-            "lsn": event.lsn,
-            "commit_lsn": event.commit_lsn,
-            "ordinal": event.ordinal,
-            "table_oid": table.oid,
-            "table_version": table.version,
+        BEFORE: event.before,
+        AFTER: event.after,
+        SOURCE: {
+            wire.SOURCE_VERSION: PRODUCER_VERSION,
+            wire.SOURCE_CONNECTOR: CONNECTOR,
+            wire.SOURCE_NAME: server_name,
+            wire.SOURCE_TS_MS: unix_millis(event.commit_time),
+            wire.SOURCE_SNAPSHOT: snapshot_of(event),
+            wire.SOURCE_DB: options.database,
+            wire.SOURCE_SCHEMA: table.schema,
+            wire.SOURCE_TABLE: table.name,
+            wire.SOURCE_TX_ID: event.xid,
+            wire.SOURCE_LSN: event.lsn,
+            wire.SOURCE_COMMIT_LSN: event.commit_lsn,
+            wire.SOURCE_ORDINAL: event.ordinal,
+            wire.SOURCE_TABLE_OID: table.oid,
+            wire.SOURCE_TABLE_VERSION: table.version,
         },
-        "op": event.op,
-        "ts_ms": now_ms,
-        "unchanged": list(event.unchanged),
+        OP: event.op,
+        wire.TS_MS: now_ms,
+        UNCHANGED: list(event.unchanged),
     }
+
+
+def _m(name: str, *, first: bool = False) -> str:
+    """A member's name in the envelope's text: ``,"name":`` (``{"name":`` when ``first``)."""
+    return ("{" if first else ",") + _dumps(name) + ":"
+
+
+# the envelope's constant texts (the shapes' below), from core/wire.py's names
+_BEFORE_, _AFTER_, _UNCHANGED_ = _m(BEFORE, first=True), _m(AFTER), _m(UNCHANGED)
+_SOURCE_HEAD = (_m(SOURCE) + _m(wire.SOURCE_VERSION, first=True) + _dumps(PRODUCER_VERSION)
+                + _m(wire.SOURCE_CONNECTOR) + _dumps(CONNECTOR) + _m(wire.SOURCE_NAME))
+_SOURCE_TS_MS_, _SNAPSHOT_, _DB_ = _m(wire.SOURCE_TS_MS), _m(wire.SOURCE_SNAPSHOT), \
+    _m(wire.SOURCE_DB)
+_SCHEMA_, _TABLE_, _TX_ID_ = _m(wire.SOURCE_SCHEMA), _m(wire.SOURCE_TABLE), _m(wire.SOURCE_TX_ID)
+_LSN_, _COMMIT_LSN_, _ORDINAL_ = _m(wire.SOURCE_LSN), _m(wire.SOURCE_COMMIT_LSN), \
+    _m(wire.SOURCE_ORDINAL)
+_TABLE_OID_, _TABLE_VERSION_ = _m(wire.SOURCE_TABLE_OID), _m(wire.SOURCE_TABLE_VERSION)
+_OP_, _TS_MS_, _TS_US_, _TS_NS_ = "}" + _m(OP), _m(wire.TS_MS), _m(wire.TS_US), _m(wire.TS_NS)
 
 
 class _Shape:
@@ -208,14 +226,13 @@ class _Shape:
     def __init__(self, table: TableVersion, server_name: str, database: str) -> None:
         self.server_name = server_name
         self.database = database
-        self.source = (',"source":{"version":"pgcdc-1","connector":' + _dumps(CONNECTOR)
-                       + ',"name":' + _dumps(server_name) + ',"ts_ms":')
-        constant = ',"db":' + _dumps(database) + ',"schema":' + _dumps(table.schema) + ',"table":' \
-            + _dumps(table.name) + ',"txId":'
-        self.snapshot = ',"snapshot":"false"' + constant
-        self.read_snapshot = ',"snapshot":"true"' + constant
-        self.tail = (',"table_oid":' + _dumps(table.oid) + ',"table_version":'
-                     + _dumps(table.version) + '},"op":')
+        self.source = _SOURCE_HEAD + _dumps(server_name) + _SOURCE_TS_MS_
+        constant = (_DB_ + _dumps(database) + _SCHEMA_ + _dumps(table.schema) + _TABLE_
+                    + _dumps(table.name) + _TX_ID_)
+        self.snapshot = _SNAPSHOT_ + _dumps("false") + constant
+        self.read_snapshot = _SNAPSHOT_ + _dumps("true") + constant
+        self.tail = (_TABLE_OID_ + _dumps(table.oid) + _TABLE_VERSION_ + _dumps(table.version)
+                     + _OP_)
         self.key_names = tuple((c.name, ("{" if i == 0 else ",") + _dumps(c.name) + ":")
                                for i, c in enumerate(table.key_columns))
         self.constant = constant
@@ -224,7 +241,7 @@ class _Shape:
         """The snapshot part of a read event of a subclass (sinks/snapshot_marks.py)."""
         if not isinstance(event, MarkedRead):
             return self.read_snapshot
-        return ',"snapshot":' + _dumps(event.snapshot) + self.constant
+        return _SNAPSHOT_ + _dumps(event.snapshot) + self.constant
 
     def key(self, row: dict[str, Any]) -> str:
         if not self.key_names:
@@ -240,15 +257,15 @@ class _Shape:
                                    options=JsonOptions(mode="pgcdc", database=self.database)))
         # an int's JSON text is its str(); a bool or other int type took the path above
         return "".join((
-            '{"before":', "null" if before is None else _dumps(before),
-            ',"after":', "null" if after is None else _dumps(after),
+            _BEFORE_, "null" if before is None else _dumps(before),
+            _AFTER_, "null" if after is None else _dumps(after),
             self.source, str(unix_millis(commit_time)),
             (self.snapshot if event.op != "r" else self.read_snapshot
              if type(event) is ChangeEvent else self.marked(event)), str(xid),
-            ',"lsn":', str(lsn), ',"commit_lsn":', str(commit_lsn),
-            ',"ordinal":', str(ordinal), self.tail, _dumps(event.op),
-            ',"ts_ms":', str(now_ms),
-            ',"unchanged":', _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
+            _LSN_, str(lsn), _COMMIT_LSN_, str(commit_lsn),
+            _ORDINAL_, str(ordinal), self.tail, _dumps(event.op),
+            _TS_MS_, str(now_ms),
+            _UNCHANGED_, _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
         ))
 
 
@@ -258,37 +275,42 @@ def _debezium_envelope(event: ChangeEvent, server_name: str, now_ms: int,
     rows = RowConverter(table, options)
     commit_us = event.commit_time + PG_EPOCH_OFFSET_US
     return {
-        "before": None if event.before is None else rows.convert(event.before),
-        "after": None if event.after is None else rows.convert(event.after, event.unchanged),
-        "source": {
-            "version": "pgcdc-1",
-            "connector": CONNECTOR,
-            "name": server_name,
-            "ts_ms": unix_millis(event.commit_time),
-            "snapshot": snapshot_of(event),
-            "db": options.database,
-            "sequence": f'["{event.commit_lsn}","{event.lsn}"]',
-            "ts_us": commit_us,
-            "ts_ns": commit_us * 1000,
-            "schema": table.schema,
-            "table": table.name,
-            "txId": event.xid or None,
-            "lsn": event.lsn,
-            "xmin": None,
-            "origin": None,
-            "origin_lsn": None,
-            "commit_lsn": event.commit_lsn,
-            "ordinal": event.ordinal,
-            "table_oid": table.oid,
-            "table_version": table.version,
+        BEFORE: None if event.before is None else rows.convert(event.before),
+        AFTER: None if event.after is None else rows.convert(event.after, event.unchanged),
+        SOURCE: {
+            wire.SOURCE_VERSION: PRODUCER_VERSION,
+            wire.SOURCE_CONNECTOR: CONNECTOR,
+            wire.SOURCE_NAME: server_name,
+            wire.SOURCE_TS_MS: unix_millis(event.commit_time),
+            wire.SOURCE_SNAPSHOT: snapshot_of(event),
+            wire.SOURCE_DB: options.database,
+            wire.SOURCE_SEQUENCE: f'["{event.commit_lsn}","{event.lsn}"]',
+            wire.SOURCE_TS_US: commit_us,
+            wire.SOURCE_TS_NS: commit_us * 1000,
+            wire.SOURCE_SCHEMA: table.schema,
+            wire.SOURCE_TABLE: table.name,
+            wire.SOURCE_TX_ID: event.xid or None,
+            wire.SOURCE_LSN: event.lsn,
+            wire.SOURCE_XMIN: None,
+            wire.SOURCE_ORIGIN: None,
+            wire.SOURCE_ORIGIN_LSN: None,
+            wire.SOURCE_COMMIT_LSN: event.commit_lsn,
+            wire.SOURCE_ORDINAL: event.ordinal,
+            wire.SOURCE_TABLE_OID: table.oid,
+            wire.SOURCE_TABLE_VERSION: table.version,
         },
-        "transaction": None,
-        "op": event.op,
-        "ts_ms": now_ms,
-        "ts_us": now_ms * 1000,
-        "ts_ns": now_ms * 1_000_000,
-        "unchanged": list(event.unchanged),
+        wire.TRANSACTION: None,
+        OP: event.op,
+        wire.TS_MS: now_ms,
+        wire.TS_US: now_ms * 1000,
+        wire.TS_NS: now_ms * 1_000_000,
+        UNCHANGED: list(event.unchanged),
     }
+
+
+# Debezium's source.sequence, a JSON text of two LSNs as strings, up to the first LSN
+_SEQUENCE_OPEN = _m(wire.SOURCE_SEQUENCE) + '"[\\"'
+_SOURCE_TS_US_, _SOURCE_TS_NS_ = _m(wire.SOURCE_TS_US), _m(wire.SOURCE_TS_NS)
 
 
 class _DebeziumShape:
@@ -304,13 +326,12 @@ class _DebeziumShape:
         converters = dict(self.rows.columns)
         self.keys = tuple((c.name, ("{" if i == 0 else ",") + _dumps(c.name) + ":",
                            converters.get(c.name)) for i, c in enumerate(table.key_columns))
-        self.source = (',"source":{"version":"pgcdc-1","connector":' + _dumps(CONNECTOR)
-                       + ',"name":' + _dumps(server_name) + ',"ts_ms":')
-        self.names = (',"schema":' + _dumps(table.schema) + ',"table":' + _dumps(table.name)
-                      + ',"txId":')
-        self.tail = (',"xmin":null,"origin":null,"origin_lsn":null,"commit_lsn":',
-                     ',"table_oid":' + _dumps(table.oid) + ',"table_version":'
-                     + _dumps(table.version) + '},"transaction":null,"op":')
+        self.source = _SOURCE_HEAD + _dumps(server_name) + _SOURCE_TS_MS_
+        self.names = _SCHEMA_ + _dumps(table.schema) + _TABLE_ + _dumps(table.name) + _TX_ID_
+        self.tail = (_m(wire.SOURCE_XMIN) + "null" + _m(wire.SOURCE_ORIGIN) + "null"
+                     + _m(wire.SOURCE_ORIGIN_LSN) + "null" + _COMMIT_LSN_,
+                     _TABLE_OID_ + _dumps(table.oid) + _TABLE_VERSION_ + _dumps(table.version)
+                     + "}" + _m(wire.TRANSACTION) + "null" + _m(OP))
         # what sinks/_fastjson.c's encode needs: the columns, the key's, the constant texts
         placeholders = self.rows.placeholders
 
@@ -322,7 +343,7 @@ class _DebeziumShape:
                   for i, c in enumerate(table.columns)),
             tuple(column(prefix, c) for c, (_, prefix, _) in zip(table.key_columns, self.keys,
                                                                   strict=True)),
-            (self.source, ',"db":' + _dumps(options.database) + ',"sequence":"[\\"',
+            (self.source, _DB_ + _dumps(options.database) + _SEQUENCE_OPEN,
              self.names, self.tail[0], self.tail[1]))
 
     def key(self, row: dict[str, Any]) -> str:
@@ -345,18 +366,18 @@ class _DebeziumShape:
         commit_us = commit_time + PG_EPOCH_OFFSET_US
         now_us = now_ms * 1000
         return "".join((
-            '{"before":', "null" if before is None else _dumps(rows.convert(before)),
-            ',"after":', "null" if after is None
+            _BEFORE_, "null" if before is None else _dumps(rows.convert(before)),
+            _AFTER_, "null" if after is None
             else _dumps(rows.convert(after, event.unchanged)),
             self.source, str(commit_us // 1000),
-            ',"snapshot":"', snapshot_of(event), '","db":', _dumps(self.options.database),
-            ',"sequence":"[\\"', str(commit_lsn), '\\",\\"', str(lsn), '\\"]"',
-            ',"ts_us":', str(commit_us), ',"ts_ns":', str(commit_us * 1000),
-            self.names, str(xid) if xid else "null", ',"lsn":', str(lsn),
-            self.tail[0], str(commit_lsn), ',"ordinal":', str(ordinal), self.tail[1],
-            _dumps(event.op), ',"ts_ms":', str(now_ms), ',"ts_us":', str(now_us),
-            ',"ts_ns":', str(now_us * 1000),
-            ',"unchanged":', _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
+            _SNAPSHOT_, '"', snapshot_of(event), '"', _DB_, _dumps(self.options.database),
+            _SEQUENCE_OPEN, str(commit_lsn), '\\",\\"', str(lsn), '\\"]"',
+            _SOURCE_TS_US_, str(commit_us), _SOURCE_TS_NS_, str(commit_us * 1000),
+            self.names, str(xid) if xid else "null", _LSN_, str(lsn),
+            self.tail[0], str(commit_lsn), _ORDINAL_, str(ordinal), self.tail[1],
+            _dumps(event.op), _TS_MS_, str(now_ms), _TS_US_, str(now_us),
+            _TS_NS_, str(now_us * 1000),
+            _UNCHANGED_, _dumps(list(event.unchanged)) if event.unchanged else "[]", "}",
         ))
 
 

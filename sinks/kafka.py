@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from core import failpoints
+from core import failpoints, wire
 from core.errors import ConfigError, TerminalError, TransientError
 from core.wire import (
     FORMAT_HEADER,
@@ -44,6 +44,7 @@ from core.wire import (
     TABLE_VERSION_HEADER,
     TRANSACTIONS_SUFFIX,
     catalog_history_topic,
+    catalog_key,
     catalog_topic,
     topic_name,
 )
@@ -84,6 +85,14 @@ class Encoder(Protocol):
 _Route = tuple[TableVersion, str, list[tuple[str, str | bytes | None]],
                Callable[[ChangeEvent, int], tuple[bytes, bytes]]]
 """A table version, its topic, its events' headers and their encoder."""
+
+
+def catalog_record(table: TableVersion, lsn: int, topic: str, encoder: Encoder) -> bytes:
+    """The catalog record of a table version (core/wire.py): its ``to_dict``, the LSN it
+    was published at, its events' topic and format, and the encoder's writer schemas."""
+    value = {**table.to_dict(), wire.CATALOG_LSN: lsn, wire.CATALOG_TOPIC: topic,
+             wire.CATALOG_VALUE_FORMAT: encoder.format, **encoder.schemas(table)}
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _encoder(value_format: str, json_options: JsonOptions | None,
@@ -258,14 +267,12 @@ class KafkaSink:
         else:
             self._table_topics[table.oid] = self._ensure_topic(topic, partitions=self.partitions)
         self._routes.clear()  # a table's topic may have changed (a rename)
-        value = dict(table.to_dict(), lsn=lsn, topic=self._table_topics[table.oid],
-                     value_format=self.encoder.format, **self.encoder.schemas(table))
         errors: list[KafkaError] = []
         producer = self._sync_producer()
         producer.produce(
             self.catalog_topic,
-            key=f"{table.oid}.{table.version}".encode(),
-            value=json.dumps(value, separators=(",", ":")).encode(),
+            key=catalog_key(table.oid, table.version),
+            value=catalog_record(table, lsn, self._table_topics[table.oid], self.encoder),
             on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
         )
         what = f"table version {table.qualified_name}@{table.version}"

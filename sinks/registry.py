@@ -44,6 +44,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from core import wire
 from core.errors import ConfigError, TerminalError
 from decoder.change import ChangeEvent
 from sinks.acks import DeliveryError
@@ -53,7 +54,7 @@ from snapshot_builder.catalog import TableVersion
 
 log = logging.getLogger(__name__)
 
-WIRE_FORMAT = "avro-confluent"
+WIRE_FORMAT = wire.FORMAT_AVRO_CONFLUENT
 """The ``pgcdc.format`` header (and the catalog's ``value_format``) of records in the
 Confluent wire format."""
 
@@ -252,8 +253,8 @@ class RegistryAvroEncoder(AvroEncoder):
         if self._subjects.get(version) == topic:
             return
         schemas = self.schemas(table)
-        key_id = self.registry.register(key_subject(topic), schemas["key_schema"])
-        value_id = self.registry.register(value_subject(topic), schemas["value_schema"])
+        key_id = self.registry.register(key_subject(topic), schemas[wire.CATALOG_KEY_SCHEMA])
+        value_id = self.registry.register(value_subject(topic), schemas[wire.CATALOG_VALUE_SCHEMA])
         log.info("table version %s@%s: key schema id %d, value schema id %d (subjects %s-key, "
                  "%s-value)", table.qualified_name, table.version, key_id, value_id, topic, topic)
         self._heads[version] = (wire_header(key_id), wire_header(value_id))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from core import wire
 from decoder import values
 from decoder.pgoutput import Relation, Type
 
@@ -50,18 +51,19 @@ class Column:
     base_typmod: int = field(default=-1, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "type_oid": self.type_oid,
-                               "type_name": self.type_name, "typmod": self.typmod,
-                               "key": self.is_key}
+        """A column of the catalog record (core/wire.py ``COLUMN_*``) and the history."""
+        out: dict[str, Any] = {wire.COLUMN_NAME: self.name, wire.COLUMN_TYPE_OID: self.type_oid,
+                               wire.COLUMN_TYPE_NAME: self.type_name,
+                               wire.COLUMN_TYPMOD: self.typmod, wire.COLUMN_KEY: self.is_key}
         if self.not_null is not None:
-            out["not_null"] = self.not_null
+            out[wire.COLUMN_NOT_NULL] = self.not_null
         if self.default is not None:
-            out["default"] = self.default
+            out[wire.COLUMN_DEFAULT] = self.default
         if self.attnum is not None:
-            out["attnum"] = self.attnum
+            out[wire.COLUMN_ATTNUM] = self.attnum
         if self.base_type is not None:
-            out["base_type"] = self.base_type
-            out["base_typmod"] = self.base_typmod
+            out[wire.COLUMN_BASE_TYPE] = self.base_type
+            out[wire.COLUMN_BASE_TYPMOD] = self.base_typmod
         return out
 
     @classmethod
@@ -71,11 +73,13 @@ class Column:
         key = tuple(data.items())
         column = _COLUMNS.get(key)
         if column is None:
-            column = cls(data["name"], int(data["type_oid"]), data["type_name"],
-                         int(data["typmod"]), bool(data["key"]), data.get("not_null"),
-                         data.get("default"),
-                         int(data["attnum"]) if data.get("attnum") is not None else None,
-                         data.get("base_type"), int(data.get("base_typmod", -1)))
+            attnum = data.get(wire.COLUMN_ATTNUM)
+            column = cls(data[wire.COLUMN_NAME], int(data[wire.COLUMN_TYPE_OID]),
+                         data[wire.COLUMN_TYPE_NAME], int(data[wire.COLUMN_TYPMOD]),
+                         bool(data[wire.COLUMN_KEY]), data.get(wire.COLUMN_NOT_NULL),
+                         data.get(wire.COLUMN_DEFAULT), int(attnum) if attnum is not None else None,
+                         data.get(wire.COLUMN_BASE_TYPE),
+                         int(data.get(wire.COLUMN_BASE_TYPMOD, -1)))
             if len(_COLUMNS) >= _COLUMNS_MAX:
                 _COLUMNS.clear()
             _COLUMNS[key] = column
@@ -170,17 +174,19 @@ class TableVersion:
                      self.key_columns)
 
     def to_dict(self) -> dict[str, Any]:
+        """The catalog record's table version (core/wire.py ``CATALOG_*``), and the
+        history's."""
         return {
-            "format": 1,
-            "oid": self.oid,
-            "schema": self.schema,
-            "name": self.name,
-            "version": self.version,
-            "layout": self.layout,
-            "replica_identity": self.replica_identity,
-            "columns": [c.to_dict() for c in self.columns],
-            **({"comment": self.comment} if self.comment is not None else {}),
-            **({"partition_parent": self.partition_parent}
+            wire.CATALOG_RECORD_FORMAT: 1,
+            wire.CATALOG_OID: self.oid,
+            wire.CATALOG_SCHEMA: self.schema,
+            wire.CATALOG_NAME: self.name,
+            wire.CATALOG_VERSION: self.version,
+            wire.CATALOG_LAYOUT: self.layout,
+            wire.CATALOG_REPLICA_IDENTITY: self.replica_identity,
+            wire.CATALOG_COLUMNS: [c.to_dict() for c in self.columns],
+            **({wire.CATALOG_COMMENT: self.comment} if self.comment is not None else {}),
+            **({wire.CATALOG_PARTITION_PARENT: self.partition_parent}
                if self.partition_parent is not None else {}),
         }
 
@@ -212,26 +218,27 @@ def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersio
     later by :meth:`TableVersion.verify` (how a persisted history loads).
     """
     shared = _COLUMNS.get
-    columns = tuple([shared(tuple(c.items())) or Column.from_dict(c) for c in data["columns"]])
-    stored = data.get("version")
-    layout = data.get("layout")
+    columns = tuple([shared(tuple(c.items())) or Column.from_dict(c)
+                     for c in data[wire.CATALOG_COLUMNS]])
+    stored = data.get(wire.CATALOG_VERSION)
+    layout = data.get(wire.CATALOG_LAYOUT)
+    oid, schema, name = int(data[wire.CATALOG_OID]), data[wire.CATALOG_SCHEMA], \
+        data[wire.CATALOG_NAME]
+    identity = data[wire.CATALOG_REPLICA_IDENTITY]
+    comment, parent = data.get(wire.CATALOG_COMMENT), data.get(wire.CATALOG_PARTITION_PARENT)
     if not verify and isinstance(stored, str) and isinstance(layout, str):
         head, dot, meta = stored.partition(".")
         if dot and head == layout:
-            return TableVersion._restore(int(data["oid"]), data["schema"], data["name"],
-                                         data["replica_identity"], columns,
-                                         data.get("comment"), data.get("partition_parent"),
+            return TableVersion._restore(oid, schema, name, identity, columns, comment, parent,
                                          layout, meta)
-    table = TableVersion(int(data["oid"]), data["schema"], data["name"],
-                         data["replica_identity"], columns,
-                         data.get("comment"), data.get("partition_parent"))
+    table = TableVersion(oid, schema, name, identity, columns, comment, parent)
     if stored is not None and stored != table.version:
         layout, meta = table._fingerprints(legacy=True)
         if stored == f"{layout}.{meta}":  # written before attnums counted: kept as written
             return TableVersion._restore(table.oid, table.schema, table.name,
                                          table.replica_identity, columns, table.comment,
                                          table.partition_parent, layout, meta)
-        msg = (f"table {data['schema']}.{data['name']} was stored as version {stored} "
+        msg = (f"table {schema}.{name} was stored as version {stored} "
                f"but its definition gives {table.version}")
         raise VersionMismatchError(msg)
     return table

@@ -35,8 +35,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from core.wire import FORMAT_HEADER, TABLE_VERSION_HEADER, catalog_history_topic, table_name
-from sinks.registry import WIRE_FORMAT
+from core import wire
+from core.wire import (
+    AFTER,
+    BEFORE,
+    FORMAT_AVRO,
+    FORMAT_AVRO_CONFLUENT,
+    FORMAT_DEBEZIUM_JSON,
+    FORMAT_HEADER,
+    FORMAT_JSON,
+    OP,
+    SOURCE,
+    TABLE_VERSION_HEADER,
+    UNCHANGED,
+    catalog_history_topic,
+    table_name,
+)
 from streaming import ownership, typed_avro
 from streaming.catalog import LakeCatalog
 from streaming.evolution import (
@@ -64,11 +78,16 @@ log = logging.getLogger(__name__)
 
 META_COLUMNS = (COMMIT_LSN, ORDINAL)
 
+# what the apply reads of the envelope's source block (core/wire.py), with its Spark type
+_SOURCE_READ = ((wire.SOURCE_COMMIT_LSN, "BIGINT"), (wire.SOURCE_ORDINAL, "BIGINT"),
+                (wire.SOURCE_TABLE_OID, "BIGINT"), (wire.SOURCE_TABLE_VERSION, "STRING"),
+                (wire.SOURCE_SCHEMA, "STRING"), (wire.SOURCE_TABLE, "STRING"))
+
+# the JSON envelope as parse_envelopes reads it: what the apply uses of it, by name
 ENVELOPE_SCHEMA = (
-    "op STRING, before MAP<STRING, STRING>, after MAP<STRING, STRING>, "
-    "unchanged ARRAY<STRING>, "
-    "source STRUCT<commit_lsn: BIGINT, ordinal: BIGINT, table_oid: BIGINT, "
-    "table_version: STRING, schema: STRING, table: STRING>"
+    f"{OP} STRING, {BEFORE} MAP<STRING, STRING>, {AFTER} MAP<STRING, STRING>, "
+    f"{UNCHANGED} ARRAY<STRING>, "
+    f"{SOURCE} STRUCT<{', '.join(f'{name}: {kind}' for name, kind in _SOURCE_READ)}>"
 )
 
 
@@ -99,7 +118,7 @@ def header_rows(batch: Any) -> Any:
     a catalog history record (its topic's, without a table version) has the format
     :data:`CATALOG_FORMAT`."""
     version = _HEADER.format(TABLE_VERSION_HEADER)
-    form = f"coalesce({_HEADER.format(FORMAT_HEADER)}, 'json')"
+    form = f"coalesce({_HEADER.format(FORMAT_HEADER)}, '{FORMAT_JSON}')"
     if "topic" in batch.columns:
         suffix = catalog_history_topic("")
         form = (f"CASE WHEN endswith(topic, '{suffix}') AND {version} IS NULL "
@@ -116,7 +135,8 @@ def batch_versions(rows: Any) -> list[tuple[str, str | None]]:
 
 def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                     versions: list[tuple[str, str | None]] | None = None) -> Any:
-    """Every change of a batch as ``op, before, after, unchanged, source``, whatever its
+    """Every change of a batch as ``op, before, after, unchanged, source`` (the envelope's
+    names, core/wire.py; ``source`` the fields of :data:`_SOURCE_READ`), whatever its
     format; ``before`` and ``after`` are maps of column name to the value's text (a typed
     Avro version's values spelled as its text mode's records spell them, by
     streaming/typed_avro.py, which refuses the columns it does not spell yet).
@@ -134,8 +154,9 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         rows = header_rows(batch)
     if versions is None:
         versions = batch_versions(rows)
-    unknown = sorted({f for f, _ in versions} - {"json", "avro", WIRE_FORMAT})
-    if "debezium-json" in unknown:
+    unknown = sorted({f for f, _ in versions}
+                     - {FORMAT_JSON, FORMAT_AVRO, FORMAT_AVRO_CONFLUENT})
+    if FORMAT_DEBEZIUM_JSON in unknown:
         msg = ("events in Debezium's JSON encoding (header pgcdc.format debezium-json: pgcdc "
                "run --format json's default), which this job does not read (its interval and "
                "adaptive times lose what the lake keeps): run pgcdc with --json-mode pgcdc "
@@ -146,12 +167,12 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                "json, avro and avro-confluent: run a pgcdc release that knows the format")
         raise CatalogMismatchError(msg)
     parts = []
-    if any(f == "json" for f, _ in versions):  # no pass over the batch for an absent format
-        parts.append(rows.where("_format = 'json'").select(
+    if any(f == FORMAT_JSON for f, _ in versions):  # no pass over the batch for an absent format
+        parts.append(rows.where(f"_format = '{FORMAT_JSON}'").select(
             F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"),
             "_version").select("e.*", "_version"))
-    for form, version in sorted({(f, v) for f, v in versions if f in ("avro", WIRE_FORMAT)},
-                                key=str):
+    for form, version in sorted({(f, v) for f, v in versions
+                                 if f in (FORMAT_AVRO, FORMAT_AVRO_CONFLUENT)}, key=str):
         spec = catalog.by_version(str(version))
         if spec is None or spec.value_schema is None:
             msg = (f"Avro events of table version {version} but the catalog log holds no "
@@ -161,7 +182,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         if refusal is not None:
             raise CatalogMismatchError(refusal)
         part = rows.where((F.col("_format") == form) & (F.col("_version") == version))
-        if form == WIRE_FORMAT:  # the Avro binary after the magic byte and the schema id
+        if form == FORMAT_AVRO_CONFLUENT:  # the Avro binary after the magic byte and the schema id
             part = part.withColumn("value", F.expr("substring(value, 6)"))
         parts.append(_from_avro(part, spec))
     if not parts:  # an empty batch: its (empty) rows in the envelope's shape
@@ -196,7 +217,7 @@ def avro_texts(fields: list[dict[str, Any]], row: str, *,
             text = f"base64({ref})"
         else:
             text = f"CAST({ref} AS STRING)"
-        out.append((field["pgcdc.column"], text))
+        out.append((field[wire.COLUMN_ATTRIBUTE], text))
     return out
 
 
@@ -210,7 +231,8 @@ def avro_envelope(spec: TableSpec) -> tuple[str, list[str]]:
     schema = spec.value_schema
     assert schema is not None
     fields = typed_avro.row_fields(json.loads(schema))
-    typed = spec.avro_types != "text"  # each value as the text mode's text (typed_avro.py)
+    # typed Avro: each value as the text mode's text (typed_avro.py)
+    typed = spec.avro_types != wire.AVRO_TYPES_TEXT
     if typed:
         schema = typed_avro.reader_schema(schema)
 
@@ -221,11 +243,9 @@ def avro_envelope(spec: TableSpec) -> tuple[str, list[str]]:
         return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "
                 f"map_from_arrays(array({names}), array({texts})) END AS {side}")
 
-    return schema, ["e.op AS op", as_map("before"), as_map("after"), "e.unchanged AS unchanged",
-                    "named_struct('commit_lsn', e.source.commit_lsn, "
-                    "'ordinal', e.source.ordinal, 'table_oid', e.source.table_oid, "
-                    "'table_version', e.source.table_version, "
-                    "'schema', e.source.schema, 'table', e.source.table) AS source"]
+    source = ", ".join(f"'{name}', e.{SOURCE}.{name}" for name, _ in _SOURCE_READ)
+    return schema, [f"e.{OP} AS {OP}", as_map(BEFORE), as_map(AFTER),
+                    f"e.{UNCHANGED} AS {UNCHANGED}", f"named_struct({source}) AS {SOURCE}"]
 
 
 @dataclass(frozen=True)

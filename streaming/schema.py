@@ -45,6 +45,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from core import wire
+
 NUMERIC_MAX_PRECISION = 38
 
 # pgcdc's own columns in every lake table: the position of the change that wrote the row
@@ -79,9 +81,10 @@ class ColumnSpec:
     @classmethod
     def from_record(cls, c: dict[str, Any]) -> ColumnSpec:
         """A column of a ``_catalog`` record (``Column.to_dict`` of snapshot_builder/catalog.py)."""
-        return cls(c["name"], c["type_name"], int(c["typmod"]), bool(c["key"]),
-                   int(c["attnum"]) if c.get("attnum") is not None else None,
-                   c.get("base_type"), int(c.get("base_typmod", -1)))
+        attnum = c.get(wire.COLUMN_ATTNUM)
+        return cls(c[wire.COLUMN_NAME], c[wire.COLUMN_TYPE_NAME], int(c[wire.COLUMN_TYPMOD]),
+                   bool(c[wire.COLUMN_KEY]), int(attnum) if attnum is not None else None,
+                   c.get(wire.COLUMN_BASE_TYPE), int(c.get(wire.COLUMN_BASE_TYPMOD, -1)))
 
     @property
     def pg_type(self) -> str:
@@ -166,13 +169,13 @@ class TableSpec:
     lsn: int
     topic: str
     columns: tuple[ColumnSpec, ...]
-    value_format: str = "json"
+    value_format: str = wire.FORMAT_JSON
     value_schema: str | None = None  # the Avro writer schema (JSON), for value_format avro
     # pg_class.relreplident ('d', 'i', 'f', 'n'); None in records from before it was read
     replica_identity: str | None = None
     # the Avro writer schema's column types: text (strings where Avro has no primitive) or
     # logical (typed Avro, pgcdc run --avro-types logical, sinks/avro_logical.py)
-    avro_types: str = "text"
+    avro_types: str = wire.AVRO_TYPES_TEXT
 
     @property
     def key_columns(self) -> tuple[ColumnSpec, ...]:
@@ -192,11 +195,14 @@ class TableSpec:
     def from_dict(cls, data: dict[str, Any]) -> TableSpec:
         """A ``_catalog`` record as a dict, or a catalog history's table (its ``to_dict``,
         which the record extends with ``lsn``, ``topic`` and the writer schema)."""
-        columns = tuple(ColumnSpec.from_record(c) for c in data["columns"])
-        return cls(int(data["oid"]), data["schema"], data["name"], data["version"],
-                   int(data.get("lsn", 0)), data.get("topic", ""), columns,
-                   data.get("value_format", "json"), data.get("value_schema"),
-                   data.get("replica_identity"), data.get("avro_types", "text"))
+        columns = tuple(ColumnSpec.from_record(c) for c in data[wire.CATALOG_COLUMNS])
+        return cls(int(data[wire.CATALOG_OID]), data[wire.CATALOG_SCHEMA],
+                   data[wire.CATALOG_NAME], data[wire.CATALOG_VERSION],
+                   int(data.get(wire.CATALOG_LSN, 0)), data.get(wire.CATALOG_TOPIC, ""), columns,
+                   data.get(wire.CATALOG_VALUE_FORMAT, wire.FORMAT_JSON),
+                   data.get(wire.CATALOG_VALUE_SCHEMA),
+                   data.get(wire.CATALOG_REPLICA_IDENTITY),
+                   data.get(wire.CATALOG_AVRO_TYPES, wire.AVRO_TYPES_TEXT))
 
 
 class CatalogLog:

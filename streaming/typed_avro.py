@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core import wire
 from streaming.schema import TableSpec
 
 _TIMES = {"date", "time-micros", "timestamp-micros", "local-timestamp-micros"}
@@ -54,7 +55,7 @@ def row_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
     the record's own order, whatever the order and the number of the envelope's fields or
     of a union's branches."""
     fields = {f["name"]: f for f in schema["fields"]}
-    for side in ("before", "after"):
+    for side in (wire.BEFORE, wire.AFTER):
         for branch in value_branches(fields[side]["type"] if side in fields else []):
             if isinstance(branch, dict) and branch.get("type") == "record":
                 found: list[dict[str, Any]] = branch["fields"]
@@ -102,13 +103,13 @@ def kind(field: dict[str, Any]) -> str | None:
 def refused(spec: TableSpec) -> list[str]:
     """The columns of a typed table version this job does not apply, each as ``name
     (type)``; empty for a text-mode version."""
-    if spec.avro_types == "text" or spec.value_schema is None:
+    if spec.avro_types == wire.AVRO_TYPES_TEXT or spec.value_schema is None:
         return []
     types = {c.name: c.type_name for c in spec.columns}
     out = []
     for field in row_fields(json.loads(spec.value_schema)):
         if kind(field) is None:
-            name = field["pgcdc.column"]
+            name = field[wire.COLUMN_ATTRIBUTE]
             out.append(f"{name} ({types.get(name, '?')})")
     return out
 
@@ -191,5 +192,5 @@ def text(ref: str, field: dict[str, Any]) -> str:
                 f"WHEN {ref} = -9223372036854775808 THEN '-infinity' "
                 f"WHEN {ref} IS NOT NULL THEN concat({date}, ' ', {_clock(rest)}, "
                 f"CASE WHEN {bc} THEN '{zone} BC' ELSE '{zone}' END) END")
-    msg = f"column {field.get('pgcdc.column')}: typed Avro {field['type']} is not applied"
+    msg = f"column {field.get(wire.COLUMN_ATTRIBUTE)}: typed Avro {field['type']} is not applied"
     raise ValueError(msg)
