@@ -69,7 +69,7 @@ def copy_query(task: ChunkTask) -> sql.Composed:
 
 
 def chunk_batches(conn: Conn, task: ChunkTask, decoder_of: Callable[[], RowDecoder],
-                  batch_rows: int, load_lsn: int, generation: int,
+                  batch_rows: int, load_lsn: int, attempt: int,
                   commit_time: int) -> Iterator[list[ChangeEvent]]:
     """The read events of one chunk, in COPY's order, in batches of ``batch_rows``.
 
@@ -78,7 +78,7 @@ def chunk_batches(conn: Conn, task: ChunkTask, decoder_of: Callable[[], RowDecod
     The last batch may be empty.  Memory: one batch, whatever the chunk's size.
     """
     table = task.table.table
-    base = ordinal(generation, task.index, 0)
+    base = ordinal(attempt, task.index, 0)
     rows = 0
     batch: list[ChangeEvent] = []
     decode = row_builder(decoder_of())
@@ -126,7 +126,7 @@ def row_builder(decoder: RowDecoder) -> Callable[[Sequence[str | None]], dict[st
 
 
 def read_chunks(conn: Conn, todo: queue.Queue[ChunkTask], out: queue.Queue[Batch | Failed],
-                halt: threading.Event, batch_rows: int, load_lsn: int, generation: int,
+                halt: threading.Event, batch_rows: int, load_lsn: int, attempt: int,
                 commit_time: int) -> None:
     """One reader thread: chunks from ``todo`` as batches of read events into ``out``."""
 
@@ -150,7 +150,7 @@ def read_chunks(conn: Conn, todo: queue.Queue[ChunkTask], out: queue.Queue[Batch
             rows = 0
             previous: list[ChangeEvent] | None = None
             for events in chunk_batches(conn, task, repeat(decoder).__next__, batch_rows,
-                                        load_lsn, generation, commit_time):
+                                        load_lsn, attempt, commit_time):
                 if previous is not None and not put(Batch(task, previous)):
                     raise Halted
                 previous = events

@@ -1,6 +1,6 @@
 """The initial load: every published table read under one snapshot as ``read`` events.
 
-Generation 0 (the slot does not exist yet):
+Attempt 0 (the slot does not exist yet):
 
 1. ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export'[, TWO_PHASE])`` over a
    replication connection; the state file records the slot's consistent point;
@@ -28,17 +28,17 @@ Generation 0 (the slot does not exist yet):
 Read events: op ``r``, ``before`` None, ``commit_lsn`` and ``lsn`` the consistent
 point minus one (:attr:`LoadState.load_lsn`: a transaction committing exactly at
 the consistent point is streamed with that commit LSN), ``xid`` 0 (a read
-belongs to no transaction), ``commit_time`` the start of the generation, and
-an ordinal that packs generation, chunk and row (:func:`load_state.ordinal`).
+belongs to no transaction), ``commit_time`` the start of the attempt, and
+an ordinal that packs attempt, chunk and row (:func:`load_state.ordinal`).
 The load never flushes anything to PostgreSQL: the slot stays at its consistent
 point and the sink's durable LSN never passes it, so streaming afterwards sends
 every transaction the snapshot did not see.
 
 Resume (a state file says a load of this slot is in progress, and the slot is
 still at its consistent point).  The exported snapshot died with its
-connection, so generation g takes a new snapshot S_g (``pg_export_snapshot``)
+connection, so attempt g takes a new snapshot S_g (``pg_export_snapshot``)
 and, for every table not yet complete, reads each chunk: in full if it was never
-done, and if it was done at an earlier generation k only the rows whose ``xmin``
+done, and if it was done at an earlier attempt k only the rows whose ``xmin``
 is not older than S_k's xmin.  Why the result is still a consistent clone:
 
 * The stream still replays every change committed after the consistent point,
@@ -58,7 +58,7 @@ is not older than S_k's xmin.  Why the result is still a consistent clone:
   needs; a rewrite that moves rows keeping their xmin (VACUUM FULL, CLUSTER) or
   empties the table (TRUNCATE, ALTER TABLE) changes ``relfilenode``, and then the
   whole table is read again.
-* Reads of S_g carry a greater ordinal than every read of an earlier generation,
+* Reads of S_g carry a greater ordinal than every read of an earlier attempt,
   so a key read twice keeps the newer content; reads from rows deleted before S_g
   are undone by the streamed DELETE, which sorts after them.
 
@@ -110,8 +110,8 @@ from loads.chunk_reader import (
 from loads.load_progress import LoadProgress, TableProgress
 from loads.load_state import (
     COMPLETE,
-    MAX_GENERATIONS,
-    Generation,
+    MAX_ATTEMPTS,
+    Attempt,
     LoadState,
     LoadStateError,
     LoadStateStore,
@@ -196,7 +196,7 @@ class _Snapshot:
 
     name: str
     coordinator: Conn
-    export: ReplicationConnection | None = None  # generation 0: the slot's exporting connection
+    export: ReplicationConnection | None = None  # attempt 0: the slot's exporting connection
     readers: list[Conn] = field(default_factory=list)  # reader threads' connections
     pool: WorkerPool | None = None  # or worker processes
 
@@ -325,7 +325,7 @@ class InitialLoad:
     # --- snapshots ----------------------------------------------------------------------------
 
     def _create_slot(self) -> tuple[LoadState, _Snapshot]:
-        """Generation 0: the slot's exported snapshot, imported by every connection."""
+        """Attempt 0: the slot's exported snapshot, imported by every connection."""
         cfg = self.config
         stream = ReplicationConnection(cfg.dsn)
         stream.connect()
@@ -377,7 +377,7 @@ class InitialLoad:
         return history.generation
 
     def _export_snapshot(self, state: LoadState) -> _Snapshot:
-        """A resumed generation: a new snapshot from the coordinator's own transaction."""
+        """A resumed attempt: a new snapshot from the coordinator's own transaction."""
         coordinator = self._connect()
         try:
             coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -396,14 +396,14 @@ class InitialLoad:
                                application_name="pgcdc initial load")
 
     def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
-                       generation: int, started: int) -> None:
+                       attempt: int, started: int) -> None:
         """Reader connections (threads) or worker processes import the snapshot and lock
         every table; only then the exporting connection may close."""
         cfg = self.config
         if self._pool is not None:
             setup = WorkerSetup(cfg.dsn, self._options(), snapshot.name,
                                 tuple((t.table.schema, t.table.name) for t in tables),
-                                load_lsn, generation, started, cfg.batch_rows, cfg.flush_timeout)
+                                load_lsn, attempt, started, cfg.batch_rows, cfg.flush_timeout)
             snapshot.pool = self._pool
             snapshot.pool.configure(setup, self._catalog_generation(), self._first_due)
             try:
@@ -428,7 +428,7 @@ class InitialLoad:
             catalog = fetch_published_tables(coordinator, cfg.publication, captured=captured)
         except psycopg.errors.LockNotAvailable as exc:
             raise _lock_error(exc) from exc
-        if not state.tables and not state.generations:
+        if not state.tables and not state.attempts:
             state.tables = {oid: TableState(oid, t.table.schema, t.table.name, t.relfilenode, [])
                             for oid, t in catalog.items()}
         loading = [t for t in state.tables.values() if not t.complete]
@@ -439,34 +439,34 @@ class InitialLoad:
                 table.complete = True
         loading = [t for t in loading if not t.complete]
 
-        resumed = bool(state.generations)
-        generation = len(state.generations)
-        if generation >= MAX_GENERATIONS:
-            msg = (f"the initial load of slot {cfg.slot!r} was resumed {generation} times; "
+        resumed = bool(state.attempts)
+        attempt = len(state.attempts)
+        if attempt >= MAX_ATTEMPTS:
+            msg = (f"the initial load of slot {cfg.slot!r} was resumed {attempt} times; "
                    f"drop the slot, remove {self.store.path} and the topics, and load again")
             raise LoadStateError(msg)
         row = coordinator.execute(
             "SELECT (pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::int8"
             " % 4294967296)::text").fetchone()
         assert row is not None
-        started = Generation(str(row[0]), now_pg_micros())
+        started = Attempt(str(row[0]), now_pg_micros())
         tables = [catalog[t.oid] for t in loading]
-        # no chunk durable yet: this generation writes the load's first read (read_marks.py)
+        # no chunk durable yet: this attempt writes the load's first read (read_marks.py)
         self._first_due = not any(c.done is not None for t in state.tables.values()
                                   for c in t.chunks)
         if tables:
-            self._start_readers(snapshot, tables, state.load_lsn, generation, started.started)
+            self._start_readers(snapshot, tables, state.load_lsn, attempt, started.started)
         snapshot.release_export()
         _check_unchanged(cfg.dsn, cfg.publication, tables, captured)
-        state.generations.append(started)
+        state.attempts.append(started)
         tasks = self._plan(state, catalog, loading, coordinator)
         if not any(not t.complete for t in state.tables.values()):
             state.status = COMPLETE
-        self.store.save(state)  # the generation is taken before any of its events exist
+        self.store.save(state)  # the attempt is taken before any of its events exist
         failpoints.hit("after_load_plan")
-        log.info("initial load generation %d of slot %s: %d chunks of %d tables", generation,
+        log.info("initial load attempt %d of slot %s: %d chunks of %d tables", attempt,
                  cfg.slot, len(tasks), len(loading))
-        self.progress = LoadProgress(generation=generation)
+        self.progress = LoadProgress(attempt=attempt)
         for table in loading:
             published = catalog[table.oid]
             self.progress.tables[table.oid] = TableProgress(
@@ -496,7 +496,7 @@ class InitialLoad:
 
     def _plan(self, state: LoadState, catalog: dict[int, PublishedTable],
               loading: list[TableState], coordinator: Conn) -> list[ChunkTask]:
-        """This generation's tasks: every chunk of every table not complete (module docstring).
+        """This attempt's tasks: every chunk of every table not complete (module docstring).
 
         Custom types are read under the snapshot.
         """
@@ -518,7 +518,7 @@ class InitialLoad:
             table.schema, table.name = published.table.schema, published.table.name
             decoder = decoders.decoder(published.table)
             for index, chunk in enumerate(table.chunks):
-                since = None if chunk.done is None else state.generations[chunk.done].xmin
+                since = None if chunk.done is None else state.attempts[chunk.done].xmin
                 tasks.append(ChunkTask(published, decoder, index, chunk, since))
         return tasks
 
@@ -531,10 +531,10 @@ class InitialLoad:
             todo.put(task)
         out: queue.Queue[Batch | Failed] = queue.Queue(maxsize=2 * cfg.readers)
         halt = threading.Event()
-        generation = state.generation
+        attempt = state.attempt
         readers = [threading.Thread(target=read_chunks, name=f"pgcdc-load-{i}", daemon=True,
                                     args=(conn, todo, out, halt, cfg.batch_rows, state.load_lsn,
-                                          generation, state.generations[generation].started))
+                                          attempt, state.attempts[attempt].started))
                    for i, conn in enumerate(snapshot.readers)]
         for thread in readers:
             thread.start()
@@ -631,16 +631,16 @@ class InitialLoad:
             raise LoadNotDurableError(msg)
 
     def _record_done(self, state: LoadState, task: ChunkTask, rows: int) -> None:
-        """A chunk whose every event is durable: done at this generation, in the state file."""
-        generation = state.generation
-        task.chunk.done = generation
+        """A chunk whose every event is durable: done at this attempt, in the state file."""
+        attempt = state.attempt
+        task.chunk.done = attempt
         table = state.tables[task.table.oid]
         table.rows += rows
         progress = self.progress.tables[table.oid]
         progress.chunks_done += 1
         end = task.table.pages if task.chunk.end is None else task.chunk.end
         progress.bytes_done += max(end - task.chunk.start, 0) * self._block_size
-        if all(c.done == generation for c in table.chunks):
+        if all(c.done == attempt for c in table.chunks):
             table.complete = True
             progress.finished = time.monotonic()
         if all(t.complete for t in state.tables.values()):

@@ -72,7 +72,7 @@ class TableProgress:
 class LoadProgress:
     tables: dict[int, TableProgress] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
-    generation: int = 0
+    attempt: int = 0
     worker_rss: list[int] = field(default_factory=list)  # each worker process's peak RSS, KiB
 
     @property
@@ -126,7 +126,7 @@ class LoadProgress:
 
     def summary(self) -> list[str]:
         """The final report: every table with its rows, time and rate."""
-        out = [f"initial load (generation {self.generation}): {self.rows:,} rows from "
+        out = [f"initial load (attempt {self.attempt}): {self.rows:,} rows from "
                f"{len(self.tables)} tables in {self.seconds:.1f} s ({self.rate:,.0f} rows/s)"]
         if self.worker_rss:
             out.append(f"  {len(self.worker_rss)} worker processes, peak RSS "

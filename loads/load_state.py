@@ -6,17 +6,17 @@ the chunk's events are durable in the sink -> the chunk is recorded done here.
 Nothing is ever flushed to PostgreSQL during the load: the slot stays at its
 consistent point until streaming starts.
 
-A **generation** is one snapshot the load reads under: generation 0 is the
-slot's exported snapshot; each resume after a crash starts the next generation
+An **attempt** is one snapshot the load reads under: attempt 0 is the
+slot's exported snapshot; each resume after a crash starts the next attempt
 with a new snapshot (the exported one died with its connection).  A chunk is
-*done at generation g* when every row visible in its page range under
-generation g's snapshot is durable in the sink with its content at that snapshot.
-A table is complete when all its chunks are done at the same generation: then the
+*done at attempt g* when every row visible in its page range under
+attempt g's snapshot is durable in the sink with its content at that snapshot.
+A table is complete when all its chunks are done at the same attempt: then the
 union of its chunks is that snapshot of the table.
 
 Read events are addressed ``(consistent_point - 1, ordinal)``; the ordinal
-packs the generation, the chunk and the row (:func:`ordinal`), so re-reads of a
-later generation sort after everything an earlier one wrote, and no two reads
+packs the attempt, the chunk and the row (:func:`ordinal`), so re-reads of a
+later attempt sort after everything an earlier one wrote, and no two reads
 of a table share a position.
 """
 
@@ -33,10 +33,10 @@ from core.errors import TerminalError
 
 FORMAT: Final = 1
 
-GENERATION_BITS: Final = 8
+ATTEMPT_BITS: Final = 8
 CHUNK_BITS: Final = 31
 ROW_BITS: Final = 24
-MAX_GENERATIONS: Final = 1 << GENERATION_BITS
+MAX_ATTEMPTS: Final = 1 << ATTEMPT_BITS
 MAX_CHUNK_ROWS: Final = 1 << ROW_BITS
 
 LOADING: Final = "loading"
@@ -47,18 +47,18 @@ class LoadStateError(TerminalError):
     """The state file does not fit this slot or this server, or cannot be read."""
 
 
-def ordinal(generation: int, chunk: int, row: int) -> int:
-    """``generation | chunk | row`` in 8 + 31 + 24 bits: a non-negative BIGINT.
+def ordinal(attempt: int, chunk: int, row: int) -> int:
+    """``attempt | chunk | row`` in 8 + 31 + 24 bits: a non-negative BIGINT.
 
-    Unique per table (every chunk index of a table is used once per generation) and
-    ordered by generation first, so a later snapshot's read of a key wins over an
+    Unique per table (every chunk index of a table is used once per attempt) and
+    ordered by attempt first, so a later snapshot's read of a key wins over an
     earlier one's when a consumer keeps the greatest ``(commit_lsn, ordinal)``.
     """
-    if not (0 <= generation < MAX_GENERATIONS and 0 <= chunk < 1 << CHUNK_BITS
+    if not (0 <= attempt < MAX_ATTEMPTS and 0 <= chunk < 1 << CHUNK_BITS
             and 0 <= row < MAX_CHUNK_ROWS):
-        msg = f"read position out of range: generation {generation}, chunk {chunk}, row {row}"
+        msg = f"read position out of range: attempt {attempt}, chunk {chunk}, row {row}"
         raise ValueError(msg)
-    return generation << (CHUNK_BITS + ROW_BITS) | chunk << ROW_BITS | row
+    return attempt << (CHUNK_BITS + ROW_BITS) | chunk << ROW_BITS | row
 
 
 def max_chunk_pages(block_size: int) -> int:
@@ -75,7 +75,7 @@ class ChunkState:
 
     start: int
     end: int | None
-    done: int | None = None  # the generation it is done at; None: never done
+    done: int | None = None  # the attempt it is done at; None: never done
 
 
 @dataclass
@@ -86,7 +86,7 @@ class TableState:
     relfilenode: int
     chunks: list[ChunkState]
     complete: bool = False
-    rows: int = 0  # read events made durable for this table, over all generations
+    rows: int = 0  # read events made durable for this table, over all attempts
 
     @property
     def qualified_name(self) -> str:
@@ -94,7 +94,7 @@ class TableState:
 
 
 @dataclass
-class Generation:
+class Attempt:
     xmin: str  # the snapshot's xmin as a 32-bit xid: rows with an older xmin were visible to it
     started: int  # microseconds since 2000-01-01 UTC: the commit_time of its read events
 
@@ -107,7 +107,7 @@ class LoadState:
     publication: str
     consistent_point: int
     status: str = LOADING
-    generations: list[Generation] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
     tables: dict[int, TableState] = field(default_factory=dict)
     format: int = FORMAT
 
@@ -123,9 +123,9 @@ class LoadState:
         return self.consistent_point - 1
 
     @property
-    def generation(self) -> int:
-        """The current generation (the last one started)."""
-        return len(self.generations) - 1
+    def attempt(self) -> int:
+        """The current attempt (the last one started)."""
+        return len(self.attempts) - 1
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -141,9 +141,11 @@ class LoadState:
             int(oid): TableState(**{**t, "chunks": [ChunkState(**c) for c in t["chunks"]]})
             for oid, t in data["tables"].items()
         }
+        # files written before the load's attempts had their name say "generations"
+        attempts = data["attempts"] if "attempts" in data else data["generations"]
         return cls(data["slot"], data["system_identifier"], data["database"],
                    data["publication"], data["consistent_point"], data["status"],
-                   [Generation(**g) for g in data["generations"]], tables, data["format"])
+                   [Attempt(**a) for a in attempts], tables, data["format"])
 
 
 class LoadStateStore:
@@ -187,7 +189,7 @@ def plan_chunks(pages: int, chunk_pages: int, *, whole: bool = False) -> list[Ch
     """Page ranges of ``chunk_pages`` covering ``pages``; the last one is open-ended.
 
     Pages added after the snapshot hold only rows the snapshot cannot see, so the
-    open end reads nothing more at generation 0, and at a later generation it reads
+    open end reads nothing more at attempt 0, and at a later attempt it reads
     what the table grew by.  ``whole``: one open chunk (a partitioned table).
     """
     if whole or pages <= chunk_pages:
@@ -199,7 +201,7 @@ def plan_chunks(pages: int, chunk_pages: int, *, whole: bool = False) -> list[Ch
 def extend_tail(table: TableState, pages: int, chunk_pages: int) -> None:
     """Split the open last chunk when the table has grown; the parts keep its state.
 
-    A chunk done at generation g is done at g for every sub-range, so the new parts
+    A chunk done at attempt g is done at g for every sub-range, so the new parts
     inherit ``done``; they are appended, so no chunk index is reused.
     """
     tail = next((c for c in table.chunks if c.end is None), None)

@@ -104,7 +104,7 @@ class WorkerSetup:
     snapshot: str  # the exported snapshot to import
     lock: tuple[tuple[str, str], ...]  # (schema, name) of every table to load
     load_lsn: int
-    generation: int  # the load's generation (read positions)
+    attempt: int  # the load's attempt (read positions)
     commit_time: int
     batch_rows: int
     flush_timeout: float
@@ -201,7 +201,7 @@ class _Reader:
             head: ChangeEvent | None = None
             checked = False  # whether the first read was claimed or written before this chunk's
             for events in chunk_batches(self.conn, task, partial(self.decoder_for, table),
-                                        setup.batch_rows, setup.load_lsn, setup.generation,
+                                        setup.batch_rows, setup.load_lsn, setup.attempt,
                                         setup.commit_time):
                 write = self.sink.write
                 count = len(events)
@@ -226,7 +226,7 @@ class _Reader:
         """One chunk through the compiled path: the same events, checks and reports as
         :func:`chunk_batches` and the loop in :meth:`run`, per batch of rows."""
         setup, table = self.setup, task.table.table
-        base = ordinal(setup.generation, task.index, 0)
+        base = ordinal(setup.attempt, task.index, 0)
         rows = 0
         decoder = self.decoder_for(table)  # before the COPY: building one may query types
         head: ChangeEvent | None = None
@@ -388,7 +388,7 @@ class WorkerPool:
     def configure(self, setup: WorkerSetup, catalog_generation: int,
                   first_due: bool = False) -> None:
         """The snapshot to import and the rest of the load's setup, to every worker;
-        ``first_due``: this generation writes the load's first read (read_marks.py)."""
+        ``first_due``: this attempt writes the load's first read (read_marks.py)."""
         self.catalog.bump_to(catalog_generation)
         self.first.reset(first_due)
         for _ in self.processes:

@@ -15,8 +15,8 @@ decided as they are written:
   stopped, the held event is written ``last`` and made durable: every other read of the
   load was durable before it.  A stopped or failed load writes no ``last``; the held
   event's chunk is read again when the load resumes.
-* **first**: in a generation where no chunk is done yet (a resumed load whose first
-  generation made a chunk durable wrote its ``first`` then), the first event written is
+* **first**: in an attempt where no chunk is done yet (a resumed load whose first
+  attempt made a chunk durable wrote its ``first`` then), the first event written is
   marked ``first`` and made durable before any other read is handed to a sink.  Reader
   threads: the writing thread marks the first one it writes.  Workers (and this process,
   writing heads) claim it through :class:`FirstClaim`, a value in shared memory: whoever

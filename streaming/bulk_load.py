@@ -27,7 +27,7 @@ What differs:
    write options; only after it the table's chunks are recorded done in the state file.
 
 Positions: every loaded row carries the initial load's read position, ``commit_lsn`` the
-consistent point minus one and the ordinal of (generation, chunk, row)
+consistent point minus one and the ordinal of (attempt, chunk, row)
 (:func:`loads.load_state.ordinal`), so every streamed change sorts after it and
 wins in the apply's guarded MERGE.  A keyless table (streaming/multiset.py) gets its rows
 numbered by occurrence (1..c per content) and the table property ``pgcdc.loadedAt``; the
@@ -133,7 +133,7 @@ class _Setup:
     snapshot: str
     table: PublishedTable
     load_lsn: int
-    generation: int
+    attempt: int
 
 
 def _plain(kind: str) -> Callable[[Any], Any]:
@@ -171,7 +171,7 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
         decode = row_builder(RowDecoderFactory(lambda: conn).decoder(table))
         for index, start, end in chunks:
             task = ChunkTask(setup.table, None, index, ChunkState(start, end), None)
-            base = ordinal(setup.generation, index, 0)
+            base = ordinal(setup.attempt, index, 0)
             rows = 0
             with conn.cursor() as cur, cur.copy(copy_query(task)) as copy:
                 for raw in copy.rows():
@@ -198,7 +198,7 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
                          zip(fields, kinds, strict=True)]
                         + [StructField("_ordinal", _parse_datatype_string("bigint"), False)])
     # every chunk in full: a table is written in one commit, so a chunk recorded done at an
-    # earlier generation (whose delta read ChunkTask.since would ask for) has its commit, and
+    # earlier attempt (whose delta read ChunkTask.since would ask for) has its commit, and
     # a table read again has none (its lake table was removed since): nothing of it is kept
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
     rdd = spark.sparkContext.parallelize(chunks, max(len(chunks), 1)).mapPartitions(
@@ -250,7 +250,7 @@ class LakeLoad(InitialLoad):
         self._task_snapshot: str | None = None
 
     def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
-                       generation: int, started: int) -> None:
+                       attempt: int, started: int) -> None:
         """The coordinator locks the tables and exports its snapshot for the Spark tasks:
         its transaction lasts until the last table is written."""
         names = [(t.table.schema, t.table.name) for t in tables]
@@ -321,7 +321,7 @@ class LakeLoad(InitialLoad):
                        "(pgcdc run --initial-load)")
                 raise LakeNotEmptyError(msg)
         keyless = multiset.keyless(spec)
-        if keyless and state.generation > 0:
+        if keyless and state.attempt > 0:
             msg = (f"the keyless table {spec.qualified_name} was not loaded before the lake "
                    "load was cut short, and a keyless table is only exact under the slot's "
                    "own snapshot (a row inserted since would be counted twice): drop the slot, "
@@ -331,7 +331,7 @@ class LakeLoad(InitialLoad):
         # the load's session settings and lock timeout: a task that queues for its table
         # behind a DDL (which waits for the coordinator's lock) fails instead of waiting
         setup = _Setup(self.config.dsn, self._options(), self._task_snapshot, tasks[0].table,
-                       state.load_lsn, state.generation)
+                       state.load_lsn, state.attempt)
         started = time.monotonic()
         self.progress.tables[spec.oid].started = started
         if keyless:

@@ -70,7 +70,7 @@ def _catch_up(dsn: str, sink: KafkaSink | RecordingSink, conn: Conn) -> Pipeline
     return pipeline
 
 
-def _generation(event: dict[str, Any]) -> int:
+def _attempt(event: dict[str, Any]) -> int:
     return int(event["source"]["ordinal"]) >> (CHUNK_BITS + ROW_BITS)
 
 
@@ -243,19 +243,19 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
     finally:
         writer.stop()
     err = pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn), timeout=60)
-    assert "initial load (generation 1)" in err
+    assert "initial load (attempt 1)" in err
 
     events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
     assert _fold(events) == _source(pg_conn)
     reads = [e for e in events if e["op"] == READ]
-    first = [e for e in reads if _generation(e) == 0 and _chunk(e) in done]
-    again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
+    first = [e for e in reads if _attempt(e) == 0 and _chunk(e) in done]
+    again = [e for e in reads if _attempt(e) == 1 and _chunk(e) in done]
     assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
     assert {e["source"]["commit_lsn"] for e in reads} == {crashed.consistent_point - 1}
-    # the snapshot marks across the crash (read_marks.py): the first generation's "first"
+    # the snapshot marks across the crash (read_marks.py): the first attempt's "first"
     # was durable before its chunks were done, so the resumed one writes none; only the
-    # generation that completes writes "last"
-    marked = {mark: [_generation(e) for e in reads if e["source"]["snapshot"] == mark]
+    # attempt that completes writes "last"
+    marked = {mark: [_attempt(e) for e in reads if e["source"]["snapshot"] == mark]
               for mark in ("first", "last")}
     assert marked == {"first": [0], "last": [1]}
     assert {e["source"]["snapshot"] for e in reads} == {"first", "true", "last"}
@@ -315,10 +315,10 @@ def test_a_worker_killed_mid_load_resumes(pg_conn: Conn, pg_dsn: str, kafka_serv
         info = slot_info(pg_conn, "pgcdc")
         assert info is not None and info.confirmed_flush_lsn == crashed.consistent_point
 
-        pgcdc.start(["snapshot"])  # resumes: generation 1
+        pgcdc.start(["snapshot"])  # resumes: attempt 1
         code, err = pgcdc.wait(timeout=120)
         assert code == 0, err
-        assert "initial load (generation 1)" in err and "2 worker processes" in err
+        assert "initial load (attempt 1)" in err and "2 worker processes" in err
         time.sleep(0.5)
     finally:
         writer.stop()
@@ -330,8 +330,8 @@ def test_a_worker_killed_mid_load_resumes(pg_conn: Conn, pg_dsn: str, kafka_serv
     events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
     assert _fold(events) == _source(pg_conn)
     reads = [e for e in events if e["op"] == READ]
-    first = [e for e in reads if _generation(e) == 0 and _chunk(e) in done]
-    again = [e for e in reads if _generation(e) == 1 and _chunk(e) in done]
+    first = [e for e in reads if _attempt(e) == 0 and _chunk(e) in done]
+    again = [e for e in reads if _attempt(e) == 1 and _chunk(e) in done]
     assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
 
 
@@ -405,7 +405,7 @@ def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_d
     events = [json.loads(line) for line in out.read_text().splitlines()]
     events = [e for e in events if "op" in e]
     moved_reads = [e for e in events if e["op"] == READ and e["after"]["id"] == moved]
-    assert any(_generation(e) == 1 for e in moved_reads), "the moved row was not read again"
+    assert any(_attempt(e) == 1 for e in moved_reads), "the moved row was not read again"
     rows: dict[int, dict[str, Any]] = {}
     for event in sorted(events, key=lambda e: (e["source"]["commit_lsn"],
                                                e["source"]["ordinal"])):

@@ -90,7 +90,7 @@ def test_lake_load_then_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
     assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
                      topic_prefix=topic_prefix)
     state = json.loads((tmp_path / "load.json").read_text())
-    assert state["status"] == "complete" and len(state["generations"]) == 1
+    assert state["status"] == "complete" and len(state["attempts"]) == 1
     assert sum(len(t["chunks"]) for t in state["tables"].values()) > len(tables)  # chunked
     load_lsn = state["consistent_point"] - 1
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the slot waits at its snapshot
@@ -196,13 +196,13 @@ def test_lake_load_killed_between_tables_resumes(
     assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
                      topic_prefix=topic_prefix)
     state = json.loads((tmp_path / "load.json").read_text())
-    assert state["status"] == "complete" and len(state["generations"]) == 2
+    assert state["status"] == "complete" and len(state["attempts"]) == 2
     a_writes = spark.sql(f"DESCRIBE HISTORY delta.`{lake}/public.a`").where(
         f"userMetadata = '{marker_of(state, 'a')}'").count()
     assert a_writes == 1  # found, not written again
     b_ordinals = spark.read.format("delta").load(f"{lake}/public.b").selectExpr(
         f"min({ORDINAL} >> 55)").collect()[0][0]
-    assert b_ordinals == 1  # read under the second generation's snapshot
+    assert b_ordinals == 1  # read under the second attempt's snapshot
 
     catalog = _stream_and_apply(pg_dsn, kafka_servers, topic_prefix, tables, pg_conn, tmp_path,
                                 spark, 0)

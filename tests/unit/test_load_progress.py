@@ -6,7 +6,7 @@ from loads.load_progress import LoadProgress, TableProgress
 
 
 def test_lines_show_rows_bytes_and_chunks_of_each_loading_table() -> None:
-    progress = LoadProgress(generation=1)
+    progress = LoadProgress(attempt=1)
     orders = progress.tables[1] = TableProgress("public.orders", 750_000, 12,
                                                 size=96 * 1024 * 1024)
     orders.started = progress.started
@@ -20,19 +20,19 @@ def test_lines_show_rows_bytes_and_chunks_of_each_loading_table() -> None:
 
 
 def test_summary_has_every_table_and_the_workers_memory() -> None:
-    progress = LoadProgress(generation=0, worker_rss=[50_000, 66_560])
+    progress = LoadProgress(attempt=0, worker_rss=[50_000, 66_560])
     table = progress.tables[1] = TableProgress("public.t", 10, 1, size=8192)
     table.started = table.finished = progress.started
     table.rows, table.chunks_done, table.bytes_done = 10, 1, 8192
     summary = progress.summary()
-    assert summary[0].startswith("initial load (generation 0): 10 rows from 1 tables in ")
+    assert summary[0].startswith("initial load (attempt 0): 10 rows from 1 tables in ")
     assert summary[1] == "  2 worker processes, peak RSS 65 MiB (the largest)"
     assert summary[2].startswith("  public.t: 10 rows, 8.0 kB, 1/1 chunks, 0.0 s")
     assert summary[2].endswith(", done")
 
 
 def _loading(estimate: int, chunks: int, size: int = 0) -> tuple[LoadProgress, TableProgress]:
-    progress = LoadProgress(generation=1)
+    progress = LoadProgress(attempt=1)
     table = progress.tables[1] = TableProgress("public.big", estimate, chunks, size=size)
     table.started = progress.started
     return progress, table
