@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from decoder.change import ChangeEvent
-from decoder.values import decoder_for
+from decoder.text_parsers import decoder_for
 from sinks.avro import AvroEncoder
 from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import JsonEncoder

@@ -23,7 +23,7 @@ from typing import Any
 from decoder import tuples
 from decoder import values as v
 from decoder.binary import BinaryDecoders
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 
 _MOOD = 50_000  # the enum's OID in this process
 _COLUMNS = (("id", v.INT8), ("amount", v.NUMERIC), ("updated_at", v.TIMESTAMPTZ),

@@ -1,5 +1,5 @@
 """Column values in pgoutput's binary format: each type's send function output, into the
-same Python values as the text decoders of decoder/values.py.
+same Python values as the text decoders of decoder/text_parsers.py.
 
 With the ``binary`` option (PostgreSQL 14+), the server sends a column as ``'b'``, the
 bytes of its type's ``typsend`` function (the format psycopg's binary loaders read), for
@@ -50,13 +50,15 @@ from math import prod
 from typing import Any, Final
 
 from core.errors import TerminalError
+from decoder import text_parsers
 from decoder import values as v
 from decoder.binary_scalars import SCALARS, BinaryDecoder, cut, done, i32_at
 from decoder.binary_text_search import TEXT_SEARCH
 from decoder.binary_time import TIMES
 from decoder.extensions import parse_ewkb
 from decoder.tuples import CompiledBinaryDecoder
-from decoder.values import EMPTY_RANGE, Range, TypeRegistry
+from decoder.type_registry import TypeRegistry, TypeShape
+from decoder.values import EMPTY_RANGE, Range
 
 __all__ = ["EXTENSIONS", "BinaryDecoder", "BinaryDecoders", "BinaryFormatError", "decoder_for"]
 
@@ -267,7 +269,7 @@ def _builtins() -> dict[int, BinaryDecoder]:
     for oid, subtype in _MULTIRANGE_SUBTYPES.items():
         out[oid] = _multirange(_SCALARS[subtype])
     out |= _OTHERS
-    for element, array in v.ARRAY_OIDS.items():
+    for element, array in text_parsers.ARRAY_OIDS.items():
         out[array] = _Array(out[element], element)
     return out
 
@@ -370,7 +372,7 @@ class BinaryDecoders:
         finally:
             self._building.discard(oid)
 
-    def _from_shape(self, shape: v.TypeShape) -> BinaryDecoder | None:
+    def _from_shape(self, shape: TypeShape) -> BinaryDecoder | None:
         kind = shape.kind
         if kind == "enum":
             return _TEXT

@@ -1,7 +1,7 @@
 """Binary column values of the scalar types: numbers, text-like, network, geometric, uuid.
 
 Each type's send function output (``src/backend/utils/adt/*.c``, ``*_send``) into the
-value its text decoder (decoder/values.py) returns; decoder/binary.py has the format
+value its text decoder (decoder/text_parsers.py) returns; decoder/binary.py has the format
 overview, the containers (arrays, ranges, composites) and the table by OID, which takes
 :data:`SCALARS` from here, :mod:`decoder.binary_time` and :mod:`decoder.binary_text_search`.
 A decoder raises ``ValueError``, ``struct.error`` (and the like) on bytes that are not its

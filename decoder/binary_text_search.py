@@ -1,5 +1,5 @@
 """Binary column values of the text search types: ``tsvector`` and ``tsquery``, as the text
-``tsvectorout`` and ``tsqueryout`` print (what text mode keeps: decoder/values.py).
+``tsvectorout`` and ``tsqueryout`` print (what text mode keeps: decoder/text_parsers.py).
 
 ``tsvector_send``: the lexeme count, then per lexeme its NUL-terminated text, the count of
 its positions and each position (14 bits) with its weight (2 bits).  ``tsquery_send``: the

@@ -14,8 +14,8 @@ from typing import Any, Final, NamedTuple
 from decoder import pgoutput
 from decoder.errors import DecodeError
 from decoder.pgoutput import PG_EPOCH_OFFSET_US, UNCHANGED_TOAST, TupleData
+from decoder.text_parsers import decoder_for
 from decoder.tuples import Columns, TupleError, decode_row
-from decoder.values import decoder_for
 from snapshot_builder.catalog import TableVersion
 
 Row = dict[str, Any]

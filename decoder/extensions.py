@@ -24,7 +24,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-from decoder.values import _or_text  # text the parser cannot read stays text
+from decoder.text_parsers import or_text  # text the parser cannot read stays text
 
 # --- hstore -------------------------------------------------------------------------------------
 
@@ -137,8 +137,8 @@ def parse_ewkb(text: str) -> dict[str, Any]:
 
 
 BY_NAME: Final[dict[str, Callable[[str], Any]]] = {
-    "hstore": _or_text(parse_hstore),
-    "geometry": _or_text(parse_ewkb),
-    "geography": _or_text(parse_ewkb),
+    "hstore": or_text(parse_hstore),
+    "geometry": or_text(parse_ewkb),
+    "geography": or_text(parse_ewkb),
 }
 """Decoders of extension base types, by ``pg_type.typname``."""

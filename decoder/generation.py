@@ -21,7 +21,7 @@ the catalog publishes it, every worker reads it at the start of each batch.
 Every cache of derived objects in pgcdc is one of these: the row decoders of the stream,
 the load workers and the incremental snapshots
 (:class:`snapshot_builder.row_decoders.RowDecoderFactory`), and the text and binary
-decoders a :class:`~decoder.values.TypeRegistry` builds from its types.
+decoders a :class:`~decoder.type_registry.TypeRegistry` builds from its types.
 """
 
 from __future__ import annotations

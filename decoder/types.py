@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow, tuple_row
 
 from decoder.extensions import BY_NAME
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 
 log = logging.getLogger(__name__)
 

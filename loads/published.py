@@ -39,7 +39,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from decoder import values
+from decoder import text_parsers, values
 from snapshot_builder.catalog import (
     Column,
     TableVersion,
@@ -101,7 +101,7 @@ class PublishedTable:
 def type_name(type_oid: int, typname: str, namespace: str) -> str:
     """A column's type name as the stream's catalog names it (see the module docstring)."""
     if type_oid < _FIRST_GENBKI_OID:
-        return values.type_name(type_oid)
+        return text_parsers.type_name(type_oid)
     return typname if namespace in ("", "pg_catalog") else f"{namespace}.{typname}"
 
 

@@ -57,8 +57,9 @@ from decimal import Decimal
 from typing import Any, Final
 
 from core.errors import TerminalError
-from decoder import values
-from decoder.values import Range, TypeShape
+from decoder import text_parsers, values
+from decoder.type_registry import TypeShape
+from decoder.values import Range
 from sinks.envelope import text_of
 from snapshot_builder.catalog import Column
 
@@ -363,7 +364,7 @@ _MULTIRANGES: Final = {
     values.NUMMULTIRANGE: values.NUMRANGE, values.DATEMULTIRANGE: values.DATERANGE,
     values.TSMULTIRANGE: values.TSRANGE, values.TSTZMULTIRANGE: values.TSTZRANGE,
 }
-_ARRAY_ELEMENTS: Final = {array: element for element, array in values.ARRAY_OIDS.items()}
+_ARRAY_ELEMENTS: Final = {array: element for element, array in text_parsers.ARRAY_OIDS.items()}
 
 
 # --- the schema of one table version's rows -----------------------------------------------------
@@ -402,7 +403,7 @@ class SchemaBuilder:
         shape = self._shapes(oid)
         if shape is None or shape.kind in ("text", "base"):
             return _text(shape.name if shape is not None and shape.name else
-                         values.type_name(oid))
+                         text_parsers.type_name(oid))
         if shape.kind == "enum":
             return Slot(({"type": "string", "pgcdc.type": shape.name or str(oid)},),
                         _write_string, primitive="string")
@@ -417,10 +418,10 @@ class SchemaBuilder:
             return self._multirange(shape.of, path, column, depth)  # ``of``: the subtype
         if shape.kind == "composite":
             return self._composite(shape, path, column, depth)
-        return _text(shape.name or values.type_name(oid))
+        return _text(shape.name or text_parsers.type_name(oid))
 
     def _builtin(self, oid: int, typmod: int, path: str, column: str, depth: int) -> Slot:
-        name = values.type_name(oid)
+        name = text_parsers.type_name(oid)
         if oid == values.NUMERIC:
             decimal_type = numeric_precision_scale(typmod)
             if decimal_type is None:
@@ -487,7 +488,7 @@ class SchemaBuilder:
         bound = self._slot(subtype, -1, f"{path}_bound", column, depth + 1)
         bound_ref = tuple(_reference(b, self._namespace) for b in bound.branches)
         schema = {"type": "record", "name": name, "namespace": self._namespace,
-                  "pgcdc.type": values.type_name(builtin) if builtin else "range",
+                  "pgcdc.type": text_parsers.type_name(builtin) if builtin else "range",
                   "fields": [
                       {"name": "lower", "type": ["null", *bound.branches], "default": None},
                       {"name": "upper", "type": ["null", *bound_ref], "default": None},
@@ -584,7 +585,7 @@ def _reference(branch: Any, namespace: str) -> Any:
 
 class LogicalTypes:
     """Typed Avro's schemas and writers of table versions, user types looked up in
-    ``shapes`` (a :class:`~decoder.values.TypeRegistry`'s ``shape``; None: built-in types
+    ``shapes`` (a :class:`~decoder.type_registry.TypeRegistry`'s ``shape``; None: built-in types
     only, a user type's values as text)."""
 
     def __init__(self, shapes: Shapes | None = None,
@@ -614,8 +615,8 @@ class LogicalTypes:
         then: see the module docstring)."""
         import psycopg
 
+        from decoder.type_registry import TypeRegistry
         from decoder.types import load_types
-        from decoder.values import TypeRegistry
 
         types = TypeRegistry()
 

@@ -57,7 +57,8 @@ from decimal import Decimal
 from typing import Any, Final, Literal
 
 from core.wire import FORMAT_DEBEZIUM_JSON, FORMAT_JSON
-from decoder.values import ARRAY_OIDS, BUILTIN_TYPE_NAMES, Interval, Point
+from decoder.text_parsers import ARRAY_OIDS, BUILTIN_TYPE_NAMES
+from decoder.values import Interval, Point
 from snapshot_builder.catalog import Column, TableVersion
 
 DecimalMode = Literal["precise", "double", "string"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from core import wire
-from decoder import values
+from decoder import text_parsers, values
 from decoder.pgoutput import Relation, Type
 
 
@@ -272,7 +272,7 @@ def with_base_types(table: TableVersion, domain_base: DomainBase) -> TableVersio
         while base is not None and seen < 64:  # a cycle the catalog cannot have, bounded
             oid, typmod, seen = base[0], base[1] if base[1] != -1 else typmod, seen + 1
             base = domain_base(oid) if oid >= values.FIRST_NORMAL_OID else None
-        name = values.type_name(oid)
+        name = text_parsers.type_name(oid)
         if seen and not name.startswith("oid:") and (column.base_type, column.base_typmod) \
                 != (name, typmod):
             column = replace(column, base_type=name, base_typmod=typmod)
@@ -318,4 +318,4 @@ class RelationCatalog:
         return self._tables.get(oid)
 
     def type_name(self, type_oid: int) -> str:
-        return self._type_names.get(type_oid) or values.type_name(type_oid)
+        return self._type_names.get(type_oid) or text_parsers.type_name(type_oid)

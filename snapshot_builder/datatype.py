@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from decoder import values
+from decoder import text_parsers
 
 KINDS: Final = ("base", "enum", "composite", "domain", "array", "range", "multirange",
                 "pseudo")
@@ -141,11 +141,12 @@ def builtin_type(oid: int) -> TypeVersion | None:
     """A built-in type as a catalog object, or None for an OID the decoder does not name."""
     if oid >= FIRST_USER_OID:
         return None
-    name = values.type_name(oid)
+    name = text_parsers.type_name(oid)
     if name.startswith("oid:"):
         return None
     if name.startswith("_") and len(name) > 1:
-        element = next((o for o, n in values.BUILTIN_TYPE_NAMES.items() if n == name[1:]), None)
+        element = next((o for o, n in text_parsers.BUILTIN_TYPE_NAMES.items()
+                        if n == name[1:]), None)
         return TypeVersion(oid, "pg_catalog", name, "array", base_oid=element)
     return TypeVersion(oid, "pg_catalog", name, "base")
 

@@ -2,7 +2,7 @@
 
 A row decoder is derived from a table version and from the types of its columns: an
 enum, a domain, an array, a range or a composite type is registered in a
-:class:`~decoder.values.TypeRegistry` (read from ``pg_type`` once), and a composite's
+:class:`~decoder.type_registry.TypeRegistry` (read from ``pg_type`` once), and a composite's
 decoder splits a value into its attributes.  :class:`RowDecoderFactory` builds them, for
 the stream, the initial load (its coordinator and its worker processes) and the
 incremental snapshots alike; where the catalog knows a composite's attributes (captured
@@ -30,8 +30,9 @@ import psycopg
 from decoder.binary import BinaryDecoders
 from decoder.change import RowDecoder
 from decoder.generation import GenerationCache
+from decoder.type_registry import TypeRegistry
 from decoder.types import load_types
-from decoder.values import FIRST_NORMAL_OID, TypeRegistry
+from decoder.values import FIRST_NORMAL_OID
 from snapshot_builder.catalog import TableVersion, with_base_types
 from snapshot_builder.datatype import TypeVersion
 

@@ -49,7 +49,7 @@ from psycopg.types.multirange import MultirangeInfo, register_multirange
 from psycopg.types.range import Range as PgRange
 from psycopg.types.range import RangeInfo, register_range
 
-from decoder import values
+from decoder import text_parsers, values
 from decoder.binary import BinaryFormatError
 from decoder.replication import SESSION_OPTIONS
 from decoder.slot import current_wal_lsn
@@ -412,12 +412,12 @@ def test_arrays(pg_conn: Conn, pg_dsn: str, binary: str) -> None:
 
 
 def test_builtin_oids_match_the_catalog(pg_conn: Conn) -> None:
-    names = {oid: name for oid, name in values.BUILTIN_TYPE_NAMES.items()
+    names = {oid: name for oid, name in text_parsers.BUILTIN_TYPE_NAMES.items()
              if not name.startswith("_")}
     rows = pg_conn.execute("SELECT oid::int, typname, typarray::int, typdelim FROM pg_type"
                            " WHERE oid = ANY(%s)", (list(names),)).fetchall()
     assert {oid: name for oid, name, _, _ in rows} == names
-    assert {oid: array for oid, _, array, _ in rows} == dict(values.ARRAY_OIDS)
+    assert {oid: array for oid, _, array, _ in rows} == dict(text_parsers.ARRAY_OIDS)
     assert {oid for oid, _, _, delim in rows if delim != ","} == {values.BOX}
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder.change import ChangeEvent
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 from sinks.avro import COMPILED_ENCODER, AvroEncoder, decode_value, key_schema, value_schema
 from sinks.avro_logical import AvroTypeError, LogicalTypes, numeric_precision_scale
 from snapshot_builder.catalog import Column, TableVersion

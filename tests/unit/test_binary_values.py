@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from psycopg.types.numeric import DecimalBinaryDumper
 
 from core.errors import ConfigError
-from decoder import binary, tuples
+from decoder import binary, text_parsers, tuples
 from decoder import values as v
 from decoder.binary import BinaryDecoders, BinaryFormatError, decoder_for
-from decoder.values import EMPTY_RANGE, Box, Interval, Path, Point, Range, TypeRegistry
+from decoder.type_registry import TypeRegistry
+from decoder.values import EMPTY_RANGE, Box, Interval, Path, Point, Range
 from pgcdc.config import load_settings
 
 
@@ -261,7 +262,7 @@ def test_hstore_and_pg_snapshot() -> None:
 ])
 def test_malformed_values_name_their_type(oid: int, raw: bytes, reason: str) -> None:
     with pytest.raises(BinaryFormatError, match=f"malformed binary value of type "
-                                                f"{v.type_name(oid)}: .*{reason}"):
+                                                f"{text_parsers.type_name(oid)}: .*{reason}"):
         _decode(oid, raw)
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from decoder.change import RowDecoder
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 from loads.chunk_reader import row_builder
 from snapshot_builder.catalog import Column, TableVersion
 

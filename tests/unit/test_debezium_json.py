@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from decoder.change import ChangeEvent
-from decoder.values import Interval, decoder_for
+from decoder.text_parsers import decoder_for
+from decoder.values import Interval
 from sinks import debezium_json as dz
 from sinks.debezium_json import JsonOptions, UnrepresentableValueError
 from sinks.envelope import JsonEncoder, _dumps, encode_value, envelope

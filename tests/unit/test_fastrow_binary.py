@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.numeric import DecimalBinaryDumper
 
-from decoder import tuples
+from decoder import text_parsers, tuples
 from decoder import values as v
 from decoder.binary import BinaryDecoders, BinaryFormatError, decoder_for
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 
 pytestmark = pytest.mark.skipif(not tuples.COMPILED,
                                 reason="decoder._fastrow not loaded (test_fastrow.py fails then)")
@@ -48,7 +48,8 @@ _LAST_DAY = date.max.toordinal() - _EPOCH_ORDINAL  # 9999-12-31
 
 def _compiled(oid: int, registry: TypeRegistry | None = None) -> Any:
     decode = BinaryDecoders(registry).decoder_for(oid) if registry else decoder_for(oid)
-    assert type(decode).__name__ == "BinaryDecoder", f"{v.type_name(oid)} is not compiled"
+    assert type(decode).__name__ == "BinaryDecoder", \
+        f"{text_parsers.type_name(oid)} is not compiled"
     return decode
 
 
@@ -91,7 +92,7 @@ def _check(decode: Any, raw: bytes) -> Any:
 def test_the_hot_types_are_compiled() -> None:
     for oid, kind in KINDS.items():
         assert _compiled(oid).kind == kind
-        array = _compiled(v.ARRAY_OIDS[oid])
+        array = _compiled(text_parsers.ARRAY_OIDS[oid])
         assert (array.kind, array.element, array.element_oid) == ("array", kind, oid)
     assert decoder_for(v.BYTEA) is bytes
     assert _compiled(1001).element == "bytea"  # bytea[]
@@ -337,7 +338,7 @@ def _arrays(draw: st.DrawFn) -> tuple[int, bytes]:
 @given(_arrays(), st.data())
 def test_arrays(array: tuple[int, bytes], data: st.DataObject) -> None:
     element, raw = array
-    decode = _compiled(v.ARRAY_OIDS[element])
+    decode = _compiled(text_parsers.ARRAY_OIDS[element])
     assert _check(decode, raw)[0] == "ok" or element == v.TEXT  # lone surrogates: error
     mutated = bytearray(raw)
     at = data.draw(st.integers(0, len(raw) - 1))
@@ -378,7 +379,7 @@ def _column(oid: int) -> st.SearchStrategy[bytes]:
     """Valid values of a column type: a scalar, or a one-element array of one."""
     if oid == v.JSONB:
         return _ELEMENTS[v.TEXT].map(lambda raw: b"\x01" + raw)
-    element = next((e for e, a in v.ARRAY_OIDS.items() if a == oid), None)
+    element = next((e for e, a in text_parsers.ARRAY_OIDS.items() if a == oid), None)
     if element is None:
         return _ELEMENTS[oid]
     return st.lists(st.none() | _ELEMENTS[element], min_size=1, max_size=3).map(

@@ -112,7 +112,8 @@ def test_a_type_registered_later_drops_what_the_registry_built() -> None:
     its own (TypeRegistry.derived): a registration drops them, as a new type may complete
     one built before it."""
     from decoder.binary import BinaryDecoders
-    from decoder.values import INT4, TypeRegistry
+    from decoder.type_registry import TypeRegistry
+    from decoder.values import INT4
 
     registry = TypeRegistry()
     binary = BinaryDecoders(registry)

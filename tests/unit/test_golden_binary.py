@@ -10,7 +10,7 @@ from typing import Any
 
 from decoder import pgoutput as pg
 from decoder.binary import BinaryDecoders
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "pgoutput_v3_binary.txt"
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder.change import READ, ChangeEvent, RowDecoder
-from decoder.values import TypeRegistry
+from decoder.type_registry import TypeRegistry
 from loads.chunk_reader import row_builder
 from sinks.avro import AvroEncoder
 from snapshot_builder.catalog import Column, TableVersion

@@ -163,7 +163,7 @@ def test_the_initial_loads_compiled_path_writes_the_same_framed_bytes() -> None:
         # librdkafka are found); the Python path's framing is tested above regardless
         pytest.skip("sinks._loadfast is not built (no C compiler) or no librdkafka")
     from decoder.change import READ, RowDecoder
-    from decoder.values import TypeRegistry
+    from decoder.type_registry import TypeRegistry
     from loads.chunk_reader import row_builder
 
     producer = loadfast._loadfast.Producer(  # noqa: SLF001

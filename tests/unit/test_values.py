@@ -9,7 +9,7 @@ from uuid import UUID
 
 import pytest
 
-from decoder import values
+from decoder import text_parsers, values
 
 
 @pytest.mark.parametrize(("oid", "text", "expected"), [
@@ -40,16 +40,16 @@ from decoder import values
     (987654, "(1,2)", "(1,2)"),  # an unknown type keeps its text
 ])
 def test_decode(oid: int, text: str, expected: object) -> None:
-    decoded = values.decoder_for(oid)(text)
+    decoded = text_parsers.decoder_for(oid)(text)
     assert decoded == expected
     assert type(decoded) is type(expected)
 
 
 def test_nan() -> None:
-    assert math.isnan(values.decoder_for(values.FLOAT4)("NaN"))
-    assert values.decoder_for(values.NUMERIC)("NaN").is_nan()
+    assert math.isnan(text_parsers.decoder_for(values.FLOAT4)("NaN"))
+    assert text_parsers.decoder_for(values.NUMERIC)("NaN").is_nan()
 
 
 def test_type_names() -> None:
-    assert values.type_name(values.TIMESTAMPTZ) == "timestamptz"
-    assert values.type_name(987654) == "oid:987654"
+    assert text_parsers.type_name(values.TIMESTAMPTZ) == "timestamptz"
+    assert text_parsers.type_name(987654) == "oid:987654"

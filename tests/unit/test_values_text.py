@@ -20,28 +20,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decoder import values
+from decoder import text_parsers, values
 from decoder.change import ChangeEvent
-from decoder.values import (
-    Box,
-    Circle,
-    Interval,
-    Line,
-    LineSegment,
-    Path,
-    Point,
-    Polygon,
-    Range,
-    TypeRegistry,
-)
+from decoder.type_registry import TypeRegistry
+from decoder.values import Box, Circle, Interval, Line, LineSegment, Path, Point, Polygon, Range
 from sinks.envelope import encode_value
 from snapshot_builder.catalog import Column, TableVersion
 
-A = values.ARRAY_OIDS
+A = text_parsers.ARRAY_OIDS
 
 
 def _decode(oid: int, text: str) -> Any:
-    return values.decoder_for(oid)(text)
+    return text_parsers.decoder_for(oid)(text)
 
 
 def _naive(*args: int) -> datetime:
@@ -153,12 +143,12 @@ def test_bytea_escape_format() -> None:
     (A[values.INT4MULTIRANGE], "_int4multirange"), (5038, "oid:5038"),
 ])
 def test_type_names(oid: int, name: str) -> None:
-    assert values.type_name(oid) == name
+    assert text_parsers.type_name(oid) == name
 
 
 def test_unknown_types_keep_their_text() -> None:
-    assert values.decoder_for(5038)("724:724:") == "724:724:"  # pg_snapshot
-    assert values.decoder_for(987654)("(1,2") == "(1,2"
+    assert text_parsers.decoder_for(5038)("724:724:") == "724:724:"  # pg_snapshot
+    assert text_parsers.decoder_for(987654)("(1,2") == "(1,2"
 
 
 # --- intervals ---------------------------------------------------------------------------
@@ -239,7 +229,7 @@ def test_arrays_of_nan() -> None:
 def test_malformed_arrays_stay_text(text: str) -> None:
     assert _decode(A[values.INT4], text) == text
     with pytest.raises(ValueError):  # noqa: PT011 - the message names the literal
-        values.parse_array(text)
+        text_parsers.parse_array(text)
 
 
 def _array_literal(value: list[Any]) -> str:
@@ -267,7 +257,7 @@ nested = st.recursive(
 
 @given(nested)
 def test_array_literals_round_trip(value: list[Any]) -> None:
-    assert values.parse_array(_array_literal(value)) == value
+    assert text_parsers.parse_array(_array_literal(value)) == value
 
 
 @given(st.lists(st.none() | st.integers(-(2**63), 2**63 - 1), max_size=20))
@@ -302,11 +292,11 @@ def _range_literal(value: Range) -> str:
 
 @given(st.lists(st.none() | st.text(max_size=8), min_size=1, max_size=6))
 def test_record_literals_round_trip(fields: list[str | None]) -> None:
-    assert values.parse_record(_record_literal(fields)) == fields
+    assert text_parsers.parse_record(_record_literal(fields)) == fields
 
 
 def test_record_literal() -> None:
-    assert values.parse_record('(1,"a b",,"","x""y","p\\\\q","{1,2}","(2,z)")') == [
+    assert text_parsers.parse_record('(1,"a b",,"","x""y","p\\\\q","{1,2}","(2,z)")') == [
         "1", "a b", None, "", 'x"y', "p\\q", "{1,2}", "(2,z)"]
 
 
@@ -319,13 +309,13 @@ ranges = st.builds(
 
 @given(ranges)
 def test_range_literals_round_trip(value: Range) -> None:
-    assert values.parse_range(_range_literal(value)) == value
+    assert text_parsers.parse_range(_range_literal(value)) == value
 
 
 @given(st.lists(ranges, max_size=4))
 def test_multirange_literals_round_trip(value: list[Range]) -> None:
     literal = "{" + ",".join(_range_literal(r) for r in value) + "}"
-    assert values.parse_multirange(literal) == tuple(value)
+    assert text_parsers.parse_multirange(literal) == tuple(value)
 
 
 @pytest.mark.parametrize(("oid", "text", "expected"), [
@@ -421,7 +411,7 @@ def test_registry_unknown_and_builtin() -> None:
     registry.register_array(90100, 90101)  # the element type was never registered
     assert registry.decoder_for(90100)('{a,"b"}') == ["a", "b"]
     assert registry.decoder_for(90102)("anything") == "anything"
-    assert registry.decoder_for(values.INT4) is values.decoder_for(values.INT4)
+    assert registry.decoder_for(values.INT4) is text_parsers.decoder_for(values.INT4)
     assert registry.decoder_for(A[values.INT4])("{1}") == [1]
     assert values.INT4 in registry and 90100 in registry and 90101 not in registry
     assert registry.type_name(values.INT4) == "int4"
@@ -525,7 +515,7 @@ def test_json_encoding_of_every_value_type() -> None:
     ("2001:db8::/32", True, "2001:db8::/32"),
 ])
 def test_inet_text_is_postgresql_text(text: str, cidr: bool, expected: str) -> None:
-    value = values.decoder_for(values.CIDR if cidr else values.INET)(text)
+    value = text_parsers.decoder_for(values.CIDR if cidr else values.INET)(text)
     assert values.inet_text(value) == expected
-    assert values.inet_text(values.decoder_for(values.INET if not cidr else values.CIDR)(
+    assert values.inet_text(text_parsers.decoder_for(values.INET if not cidr else values.CIDR)(
         expected)) == expected
