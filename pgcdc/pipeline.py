@@ -723,35 +723,35 @@ class Pipeline:
             self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 
     def _detached(self, departure: Departure, commit_lsn: int) -> None:
-        """A partition detached from a table published via its root, or dropped: its rows
-        left the root with no row change in the WAL.  With incremental snapshots the root
-        is read again whole (a truncate, then every row: a read by key would leave the rows
-        that left) and a detached partition read again (published on its own now, it holds
-        rows the stream never sent as its own).  A table the publication leaves out (a
+        """A partition detached from a table published via its root, dropped or truncated:
+        its rows left the root with no row change in the WAL.  With incremental snapshots
+        the root is read again whole (a truncate, then every row: a read by key would leave
+        the rows that left) and a detached partition read again (published on its own now,
+        it holds rows the stream never sent as its own).  A table the publication leaves out (a
         partition, or a root its publication does not publish via the root) ends its read
         quietly."""
         root, partition = departure.root, departure.partition
-        what = (f"dropped partition {partition.qualified_name} of" if departure.dropped
-                else f"detached partition {partition.qualified_name} from")
+        what = (f"{departure.how} partition {partition.qualified_name} "
+                f"{'from' if departure.how == 'detached' else 'of'} {root.qualified_name}")
+        again = departure.how == "detached"  # a dropped or truncated one holds no rows
         if self._incremental is not None:
             self._incremental.read_again(_name(root), root.oid, whole=True)
-            if not departure.dropped:
+            if again:
                 self._incremental.read_again(_name(partition), partition.oid)
             action = "read_again"
-            log.info("DDL at %s %s %s: reading %s again whole if published via its root%s",
-                     format_lsn(commit_lsn), what, root.qualified_name, root.qualified_name,
-                     "" if departure.dropped else f", and {partition.qualified_name}")
+            log.info("DDL at %s: %s: reading %s again whole if published via its root%s",
+                     format_lsn(commit_lsn), what, root.qualified_name,
+                     f", and {partition.qualified_name}" if again else "")
         else:
             action = "not_followed"
-            log.warning("DDL at %s %s %s: if publication %s publishes %s via its root, the "
+            log.warning("DDL at %s: %s: if publication %s publishes %s via its root, the "
                         "partition's rows left it without row changes in the WAL, so "
                         "downstream %s keeps them%s; run pgcdc with --incremental-snapshots "
                         "to have them read again automatically, or re-load %s",
-                        format_lsn(commit_lsn), what, root.qualified_name,
-                        self.config.publication, root.qualified_name, root.qualified_name,
-                        "" if departure.dropped else
+                        format_lsn(commit_lsn), what, self.config.publication,
+                        root.qualified_name, root.qualified_name,
                         f" (and {partition.qualified_name}, if published on its own, lacks "
-                        "its earlier rows)", root.qualified_name)
+                        "its earlier rows)" if again else "", root.qualified_name)
         key = f"{root.qualified_name}:{action}"  # as for the other rewrites
         self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
 

@@ -63,6 +63,7 @@ from snapshot_builder.catalog import RelationCatalog, TableVersion
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.ddl import (
     RewriteTable,
+    TruncatedPartition,
     parse_message,
     publishes,
     rows_rewritten,
@@ -124,7 +125,7 @@ class Departure(NamedTuple):
 
     root: TableVersion  # the ancestor it left
     partition: TableVersion  # its new definition, or its last one if dropped
-    dropped: bool
+    how: str  # "detached", "dropped" or "truncated"
 
 
 class SnapshotBuilder:
@@ -143,6 +144,8 @@ class SnapshotBuilder:
         self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
         # the same for every table described since pgcdc started (committed transactions)
         self._membership: dict[int, bool] = {}
+        # partitions truncated alone: ancestor OID -> in the publication (None: unknown)
+        self._truncated: dict[int, dict[int, bool | None]] = {}
         # counts the open transactions' catalog changes and their rollbacks: with the
         # generation, what a cache of derived objects checks (snapshot_builder/row_decoders.py)
         self.changes_in_transaction = 0
@@ -362,6 +365,9 @@ class SnapshotBuilder:
         if isinstance(change, RewriteTable):
             self._rewritten.setdefault(change.oid, change.reason)
             return None
+        if isinstance(change, TruncatedPartition):
+            self._truncated[change.oid] = change.ancestors
+            return None
         self.changes_in_transaction += 1
         if isinstance(change, PutTable):
             oid = change.table.oid
@@ -494,19 +500,20 @@ class SnapshotBuilder:
         return chain
 
     def detach_partitions(self) -> list[Departure]:
-        """Each partition the open transaction took out of a partitioned table, with each
-        ancestor it left (the partition's new definition, without a parent, added to the
-        transaction's changes).  Its rows left those ancestors with no row change in the
+        """Each partition whose rows the open transaction took out of a partitioned table,
+        with each ancestor they left (a detached partition's new definition, without a
+        parent, added to the transaction's changes).  They left with no row change in the
         WAL: a publication that publishes via the root (the only one that publishes an
-        ancestor) has the root read again whole, and the partition, if it still exists.
+        ancestor) has the root read again whole, and a detached partition read again.
 
-        A partition left its parent when it was dropped, when the trigger described it
-        under another parent (detached and attached elsewhere in one transaction), or when
-        the trigger described the parent and not it (it describes a partitioned table's
-        partitions after it).  Ancestors the trigger said (in this transaction or an
-        earlier one since pgcdc started) are not in the publication are left out; one it
-        never described is kept (a request for a table outside the publication ends
-        quietly).  Call once, just before :meth:`commit`."""
+        A partition's rows left its parent when it was detached (the trigger described
+        it under another parent, or described the parent and not it: it describes a
+        partitioned table's partitions after it), dropped, or truncated alone (its
+        truncate trigger says so, with which ancestors are published).  Ancestors the
+        trigger said (in this transaction or an earlier one since pgcdc started) are not
+        in the publication are left out; one it never described is kept (a request for a
+        table outside the publication ends quietly).  Call once, just before
+        :meth:`commit`."""
         out = []
         for oid, table in self.catalog.tables.items():
             parent = table.partition_parent
@@ -526,7 +533,14 @@ class SnapshotBuilder:
                 root = self.table(ancestor)
                 published = self._published.get(ancestor, self._membership.get(ancestor))
                 if root is not None and published is not False:
-                    out.append(Departure(root, now or table, dropped=now is None))
+                    out.append(Departure(root, now or table,
+                                         "detached" if now is not None else "dropped"))
+        for oid, ancestors in self._truncated.items():
+            truncated = self.table(oid)
+            for ancestor, published in ancestors.items():
+                root = self.table(ancestor)
+                if truncated is not None and root is not None and published is not False:
+                    out.append(Departure(root, truncated, "truncated"))
         return out
 
     @property
@@ -540,6 +554,7 @@ class SnapshotBuilder:
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
         self._rewritten.clear()
+        self._truncated.clear()
         self._published.clear()
         if self._pending or self._overlay or self._type_overlay:
             self.changes_in_transaction += 1

@@ -26,7 +26,10 @@ transactional logical message, so catalog changes arrive in the stream at their 
   ``pgcdc.followed`` by :func:`follow`) and that is no longer in it (PostgreSQL drops
   a dropped table from its publications) is added back in the same transaction;
 * an event trigger on ``table_rewrite`` that emits ``{"op": "rewrite", "oid": ...}``
-  for a table whose rows a command rewrites.
+  for a table whose rows a command rewrites;
+* a ``TRUNCATE`` trigger on every leaf partition (added as the trigger describes it) that
+  emits ``{"op": "truncate_partition", "oid": ..., "ancestors": {oid: publications}}``:
+  a publication that publishes via the root sends nothing for a partition truncated alone.
 
 Rows a command changes without writing row changes to the WAL: a rewrite (a
 volatile default, ``ALTER COLUMN ... TYPE``, ``USING``), and a column added with
@@ -187,6 +190,35 @@ BEGIN
     RETURN lists;
 END $$;
 
+-- TRUNCATE of a partition alone: a publication that publishes via the root sends nothing
+-- (pgoutput skips a partition's truncate then), so its rows leave the root unseen.  A
+-- statement trigger on every leaf partition says so, with the publications of each of its
+-- ancestors; pgcdc reads a published root again whole
+CREATE OR REPLACE FUNCTION pgcdc.on_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
+        jsonb_build_object('op', 'truncate_partition', 'oid', TG_RELID::bigint,
+                           'ancestors', (SELECT coalesce(jsonb_object_agg(
+                                                     a.relid::bigint::text,
+                                                     pgcdc.column_lists(a.relid)), '{}')
+                                           FROM pg_partition_ancestors(TG_RELID) a
+                                          WHERE a.relid <> TG_RELID))::text);
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgcdc.watch_truncate(rel oid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class WHERE oid = rel AND relispartition AND relkind = 'r')
+       AND NOT EXISTS (SELECT 1 FROM pg_trigger
+                       WHERE tgrelid = rel AND tgname = 'pgcdc_truncate') THEN
+        EXECUTE format('CREATE TRIGGER pgcdc_truncate AFTER TRUNCATE ON %s '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION pgcdc.on_truncate()',
+                       rel::regclass);
+    END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION pgcdc.emit_table(rel oid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -196,6 +228,7 @@ BEGIN
     IF definition IS NULL THEN
         RETURN;
     END IF;
+    PERFORM pgcdc.watch_truncate(rel);
     PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
         jsonb_build_object('op', 'put', 'table', definition,
                            'publications', pgcdc.column_lists(rel))::text);
@@ -312,11 +345,14 @@ BEGIN
     END IF;
 END $$;
 
-COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 3';
+-- the partitions that exist already
+SELECT pgcdc.watch_truncate(c.oid) FROM pg_class c WHERE c.relispartition AND c.relkind = 'r';
+
+COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 4';
 """
 
 # what current() looks for: an installation of an older pgcdc is upgraded in place
-CAPTURE_VERSION: Final = "pgcdc DDL capture 3"
+CAPTURE_VERSION: Final = "pgcdc DDL capture 4"
 
 
 class DdlCaptureError(TerminalError):
@@ -421,6 +457,15 @@ def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable |
 
 
 @dataclass(frozen=True, slots=True)
+class TruncatedPartition:
+    """A partition was truncated: its rows left its ancestors with no change a publication
+    that publishes via the root sends.  Not a catalog change."""
+
+    oid: int
+    ancestors: dict[int, bool | None]  # ancestor OID -> in the publication (None: unknown)
+
+
+@dataclass(frozen=True, slots=True)
 class RewriteTable:
     """A command rewrote the table's rows (no row change reaches the WAL): not a catalog
     change, a note that the stored rows changed."""
@@ -487,7 +532,8 @@ def publishes(content: bytes, publication: str | None) -> bool | None:
     return publication in lists
 
 
-def parse_message(content: bytes, publication: str | None = None) -> Change | RewriteTable:
+def parse_message(content: bytes, publication: str | None = None) \
+        -> Change | RewriteTable | TruncatedPartition:
     """The catalog change one ``pgcdc.ddl`` message describes; a table as ``publication``
     publishes it (its column list, if it has one)."""
     try:
@@ -506,6 +552,10 @@ def parse_message(content: bytes, publication: str | None = None) -> Change | Re
             bits = int(data.get("reason") or 0)
             reasons = [text for bit, text in _REWRITE_REASONS.items() if bits & bit]
             return RewriteTable(int(data["oid"]), ", ".join(reasons) or "rows rewritten")
+        if data["op"] == "truncate_partition":
+            return TruncatedPartition(int(data["oid"]), {
+                int(oid): None if publication is None else publication in lists
+                for oid, lists in data["ancestors"].items()})
     except (ValueError, KeyError, TypeError) as exc:
         msg = f"malformed {PREFIX} message ({exc}): {content[:200]!r}"
         raise DdlCaptureError(msg) from exc

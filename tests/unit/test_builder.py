@@ -382,8 +382,8 @@ def test_partitions_attached_and_detached_under_a_root_published_table(
     builder.on_ddl(_part(1, None, True))  # DETACH PARTITION t2: t2 no longer described
     builder.on_ddl(_part(3, 1, False))
     detached = builder.detach_partitions()
-    assert [(r.oid, p.oid, p.partition_parent, d) for r, p, d in detached] == \
-        [(1, 2, None, False)]
+    assert [(r.oid, p.oid, p.partition_parent, h) for r, p, h in detached] == \
+        [(1, 2, None, "detached")]
     assert builder.rewritten == {}
     builder.commit(300, 0)
     alone = builder.history.latest.table(2)
@@ -420,8 +420,9 @@ def test_partitions_attached_and_detached_under_a_root_published_table(
 
 def test_a_partition_moved_to_another_root_or_dropped_leaves_its_root(tmp_path: Path) -> None:
     """Detached from one root and attached to another in one transaction: the new root is
-    read again, the old one whole; a partition dropped: its root read whole, the partition
-    not read; a root never described since the start counts as published."""
+    read again, the old one whole; a partition dropped or truncated alone: its root read
+    whole (truncated: the ancestors its trigger says are published), the partition not
+    read; a root never described since the start counts as published."""
     builder = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
     builder.start_consistent([], 10)
     for oid, parent in ((1, None), (2, 1), (4, None), (5, 1)):  # roots p (1), q (4)
@@ -433,13 +434,22 @@ def test_a_partition_moved_to_another_root_or_dropped_leaves_its_root(tmp_path: 
     builder.on_ddl(_part(2, 4, False))
     assert set(builder.rewritten) == {4}
     assert [(r.oid, p.oid, p.partition_parent, d) for r, p, d in
-            builder.detach_partitions()] == [(1, 2, 4, False)]
+            builder.detach_partitions()] == [(1, 2, 4, "detached")]
     builder.commit(200, 0)
     builder.on_ddl(_ddl("drop", oid=5))  # DROP TABLE t5: p (not described) read whole
-    assert [(r.oid, p.oid, d) for r, p, d in builder.detach_partitions()] == [(1, 5, True)]
+    assert [(r.oid, p.oid, h) for r, p, h in builder.detach_partitions()] == \
+        [(1, 5, "dropped")]
     builder.commit(300, 0)
+    builder.on_ddl(_ddl("truncate_partition", oid=2, ancestors={"4": {"pgcdc": None}}))
+    assert [(r.oid, p.oid, h) for r, p, h in builder.detach_partitions()] == \
+        [(4, 2, "truncated")]
+    builder.rollback()
+    builder.on_ddl(_ddl("truncate_partition", oid=2, ancestors={"4": {"other": None}}))
+    assert builder.detach_partitions() == []  # q not in this publication
+    builder.rollback()
 
     restarted = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
     restarted.resume(300)  # membership unknown after a restart: q counts as published
     restarted.on_ddl(_ddl("drop", oid=2))
-    assert [(r.oid, p.oid, d) for r, p, d in restarted.detach_partitions()] == [(4, 2, True)]
+    assert [(r.oid, p.oid, h) for r, p, h in restarted.detach_partitions()] == \
+        [(4, 2, "dropped")]
