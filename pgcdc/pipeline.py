@@ -58,7 +58,6 @@ from loads.incremental import PREFIX as WATERMARK_PREFIX
 from loads.incremental import IncrementalSnapshots
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.memory import Trimmer
-from pgcdc.row_decoders import RowDecoders
 from pgcdc.sink_watch import SinkWatch
 from pgcdc.start_checks import checked_publication
 from sinks.acks import DeliveryError
@@ -67,6 +66,7 @@ from snapshot_builder import ddl
 from snapshot_builder.builder import BuilderState, Departure, SnapshotBuilder
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.history import CatalogError, CatalogHistory, HistoryFile
+from snapshot_builder.row_decoders import RowDecoders
 
 log = logging.getLogger(__name__)
 
