@@ -193,7 +193,19 @@ def _run_catchup(spark: Any, servers: str, prefix: str, batch_size: int,
     frame = spark.read.format("delta").load(f"{lake.as_uri()}/bench.orders")
     row = frame.selectExpr("count(*) AS n", "sum(id) AS s").collect()[0]
     return {"batch_size": batch_size, "batches": len(batches), "seconds": round(elapsed, 1),
-            "lake_rows": int(row["n"]), "lake_id_sum": int(row["s"] or 0)}
+            "lake_rows": int(row["n"]), "lake_id_sum": int(row["s"] or 0), **_jvm_memory(spark)}
+
+
+def _jvm_memory(spark: Any) -> dict[str, int]:
+    """The driver JVM's peak resident memory so far (``VmHWM``: with ``--no-warm`` and one
+    batch size, the run's) and its heap bound (``spark.driver.memory``), MiB."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j's gateway, pyspark's only handle
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = next(int(line.split()[1]) for line in status.splitlines()
+                if line.startswith("VmHWM:"))
+    heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+    return {"jvm_peak_rss_mib": peak // 1024, "jvm_max_heap_mib": heap // (1024 * 1024)}
 
 
 def catchup(args: argparse.Namespace) -> dict[str, Any]:
