@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from decoder.slot import current_wal_lsn, drop_slot
 from pgcdc.pipeline import Pipeline, PipelineConfig, ShutdownIncompleteError
 from snapshot_builder.builder import BuilderState, CatalogMismatchError
-from snapshot_builder.history import CatalogError
+from snapshot_builder.history import CatalogError, PutTable
 from tests.recording_sink import RecordingSink
 from tests.running import run_held
 
@@ -525,3 +526,53 @@ def test_slot_drop_all_removes_ddl_capture(pg_conn: Conn, pg_dsn: str, tmp_path:
     assert triggers() == 0
     row = pg_conn.execute("SELECT to_regnamespace('pgcdc') IS NULL").fetchone()
     assert row == (True,)
+
+
+def test_ddl_capture_serves_every_role(pg_conn: Conn, pg_dsn: str) -> None:
+    """Installed by a superuser, DDL capture fires for every role's DDL: a role that is not
+    one creates, alters and drops its tables (they failed with "permission denied for schema
+    pgcdc") and they are captured; a type's owner alters a type that partitions it does not
+    own use (their TRUNCATE trigger is made as the installer); a TRUNCATE of one partition
+    alone, which pgoutput never sends under a publication via the root, is announced with
+    its published ancestors, and the pipeline counts the root as not followed (no
+    incremental snapshots)."""
+    role = pg_conn.execute("SELECT 'app_' || md5(current_database())").fetchone()
+    assert role is not None
+    app = psycopg.sql.Identifier(str(role[0]))
+    pg_conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(app))
+    try:
+        pg_conn.execute(psycopg.sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(app))
+        pg_conn.execute("CREATE TYPE mood AS ENUM ('a')")
+        pg_conn.execute(psycopg.sql.SQL("ALTER TYPE mood OWNER TO {}").format(app))
+        pg_conn.execute("CREATE TABLE pr (id int, r int, m mood, PRIMARY KEY (id, r)) "
+                        "PARTITION BY RANGE (r)")
+        pg_conn.execute("CREATE TABLE pr1 PARTITION OF pr FOR VALUES FROM (0) TO (10)")
+        pg_conn.execute("CREATE PUBLICATION viaroot FOR TABLE pr "
+                        "WITH (publish_via_partition_root = true)")
+        pg_conn.execute("INSERT INTO pr VALUES (1, 1, 'a'), (2, 2, 'a')")
+        sink = RecordingSink()
+        pipeline = _pipeline(pg_dsn, sink, [], publication="viaroot",
+                             create_publication=False)
+        pg_conn.execute("DROP TRIGGER pgcdc_truncate ON pr1")  # as if made before it
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("SET ROLE {}").format(app))
+            conn.execute("CREATE TABLE mine (id int PRIMARY KEY)")
+            conn.execute("ALTER TABLE mine ADD COLUMN v text")
+            conn.execute("ALTER TYPE mood ADD VALUE 'b'")
+            conn.execute("DROP TABLE mine")
+        made = pg_conn.execute("SELECT count(*) FROM pg_trigger "
+                               "WHERE tgname = 'pgcdc_truncate' AND tgrelid = 'pr1'::regclass")
+        assert made.fetchone() == (1,)
+        pg_conn.execute("TRUNCATE pr1")
+        pipeline.run(until_lsn=current_wal_lsn(pg_conn))
+        assert pipeline.progress.rewrites == {"public.pr:not_followed": 1}
+        names = {t.name for t in pipeline.builder.history.latest.tables.values()}
+        assert "mine" not in names and {"pr", "pr1"} <= names
+        assert any(isinstance(e.change, PutTable) and e.change.table.name == "mine"
+                   and [c.name for c in e.change.table.columns] == ["id", "v"]
+                   for e in pipeline.builder.history.entries())
+    finally:
+        pg_conn.execute("DROP PUBLICATION IF EXISTS viaroot")
+        pg_conn.execute("DROP TABLE IF EXISTS pr")
+        pg_conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(app))
+        pg_conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(app))
