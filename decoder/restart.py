@@ -16,7 +16,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class StateFiles:
-    """Where pgcdc keeps what it knows about one slot (pgcdc/cli.py's ``_paths``)."""
+    """Where pgcdc keeps what it knows about one slot (pgcdc/state_paths.py)."""
 
     progress_file: Path | None
     catalog_dir: Path | None = None

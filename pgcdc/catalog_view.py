@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from decoder.lsn import format_lsn
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.errors import ConfigError
+from decoder.lsn import format_lsn, parse_lsn
+from pgcdc.state_paths import state_dir
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.datatype import TypeVersion
-from snapshot_builder.history import Catalog, CatalogHistory, Change, DropTable, PutTable, PutType
+from snapshot_builder.history import (
+    Catalog,
+    CatalogHistory,
+    Change,
+    DropTable,
+    HistoryFile,
+    PutTable,
+    PutType,
+)
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _describe(table: TableVersion) -> list[str]:
@@ -117,3 +133,27 @@ def diff(before: Catalog, after: Catalog) -> str:
                 if label not in now.labels:
                     lines.append(f"    - label {label!r}")
     return "\n".join(lines)
+
+
+def catalog_command(args: argparse.Namespace) -> int:
+    """``pgcdc catalog``: the slot's catalog history read (never written), as ``args.action``
+    asks: the history's lines, one version shown, or the difference between two."""
+    catalog_dir = Path(args.catalog_dir) if args.catalog_dir \
+        else state_dir() / f"{args.slot}.catalog"
+    if not catalog_dir.exists():
+        msg = f"no catalog history in {catalog_dir}: run pgcdc first, or pass --catalog-dir"
+        raise ConfigError(msg)
+    history = HistoryFile(catalog_dir).load(read_only=True)  # pgcdc may be writing it
+    if args.action == "history":
+        print(history_lines(history))
+    elif args.action == "show":
+        at = history.catalog_at(parse_lsn(args.at)) if args.at else history.latest
+        print(show(at))
+    else:
+        if not args.at:
+            msg = "catalog diff needs --at LSN (and optionally --to LSN)"
+            raise ConfigError(msg)
+        before = history.catalog_at(parse_lsn(args.at))
+        after = history.catalog_at(parse_lsn(args.to)) if args.to else history.latest
+        print(diff(before, after))
+    return 0

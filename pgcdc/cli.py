@@ -1,46 +1,30 @@
-"""The ``pgcdc`` command.
+"""The ``pgcdc`` command: its verbs and options, and what each error ends as (a message and
+an exit code, :mod:`pgcdc.exit_codes`; for a connection or privilege error, what to fix).
 
-Exit codes: 0 success; 1 the demo's lake differs from its source; 2 bad usage or
-configuration; 3 a terminal error (act on the message); 4 a transient error
-(retrying later may succeed).
+Each verb runs in its own module: ``run`` :mod:`pgcdc.run`, ``snapshot``
+:mod:`pgcdc.snapshot`, ``snapshot-table`` :mod:`pgcdc.snapshot_table`, ``status``
+:mod:`pgcdc.status`, ``slot`` :mod:`pgcdc.slot_admin`, ``catalog`` :mod:`pgcdc.catalog_view`,
+``spark`` :mod:`pgcdc.spark_apply`, ``demo`` :mod:`pgcdc.demo`.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
-import logging
 import os
 import re
-import signal
 import sys
-import threading
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import psycopg
 from psycopg import conninfo
 
 from core.errors import ConfigError, PgcdcError, TransientError
-from pgcdc.config import Settings, load_settings, redact_dsn
+from pgcdc.config import load_settings, redact_dsn
+from pgcdc.exit_codes import EXIT_DIFFERS, EXIT_TERMINAL, EXIT_TRANSIENT, EXIT_USAGE
+from pgcdc.log_format import configure_logging
 from pgcdc.start_checks import PrivilegeError
-
-if TYPE_CHECKING:
-    from decoder.restart import StateFiles
-    from loads.incremental import IncrementalSnapshots
-    from pgcdc.pipeline import Pipeline
-    from pgcdc.status_line import StatusLine
-    from sinks.avro_logical import LogicalTypes
-    from sinks.sink import Sink
-
-EXIT_DIFFERS = 1
-EXIT_USAGE = 2
-EXIT_TERMINAL = 3
-EXIT_TRANSIENT = 4
-
-log = logging.getLogger(__name__)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -354,34 +338,6 @@ def _catalog_option(parser: argparse.ArgumentParser, *,
                              "(default ~/.local/state/pgcdc/<slot>.catalog)")
 
 
-def _state_paths(args: argparse.Namespace) -> tuple[Path, Path]:
-    """Stored progress and the catalog history: where the options say, or per slot."""
-    state = Path.home() / ".local" / "state" / "pgcdc"
-    progress = Path(args.progress_file) if getattr(args, "progress_file", None) \
-        else state / f"{args.slot}.json"
-    catalog = Path(args.catalog_dir) if args.catalog_dir else state / f"{args.slot}.catalog"
-    return progress, catalog
-
-
-def _paths(settings: Settings) -> tuple[Path, Path, Path]:
-    """Stored progress, the catalog history and the load state: configured, or per slot."""
-    state = Path.home() / ".local" / "state" / "pgcdc"
-    slot = settings.source.slot
-    return (settings.state.progress_file or state / f"{slot}.json",
-            settings.state.catalog_dir or state / f"{slot}.catalog",
-            settings.state.load_state or state / f"{slot}.load.json")
-
-
-def _state_files(settings: Settings) -> StateFiles:
-    """Every state file of the slot: named together when a start over needs them gone."""
-    from decoder.restart import StateFiles
-
-    progress_file, catalog_dir, load_state = _paths(settings)
-    incremental = settings.state.incremental_state or \
-        progress_file.with_name(f"{settings.source.slot}.incremental.json")
-    return StateFiles(progress_file, catalog_dir, load_state, incremental)
-
-
 _CONFIGURED = ("run", "snapshot", "status", "slot", "snapshot-table")
 
 
@@ -391,28 +347,42 @@ def main(argv: list[str] | None = None) -> int:
         settings = None
         if args.command in _CONFIGURED:
             settings = load_settings(vars(args), config_file=args.config)
-            _configure_logging(settings.log.level, settings.log.format)
+            configure_logging(settings.log.level, settings.log.format)
         else:
-            _configure_logging((args.log_level or _env("LOG_LEVEL", "WARNING") or "").upper(),
-                               args.log_format or _env("LOG_FORMAT", "text") or "text")
+            configure_logging((args.log_level or _env("LOG_LEVEL", "WARNING") or "").upper(),
+                              args.log_format or _env("LOG_FORMAT", "text") or "text")
         if args.command == "demo":
             return _demo(args)
         if args.command == "catalog":
-            return _catalog(args)
+            from pgcdc.catalog_view import catalog_command
+
+            return catalog_command(args)
         if args.command == "spark":
-            return _spark(args)
+            from pgcdc.spark_apply import spark_command
+
+            return spark_command(args)
         assert settings is not None
         if args.command == "run":
-            return _run(settings, args)
+            from pgcdc.run import run_command
+
+            return run_command(settings, args)
         if args.command == "status":
-            return _status(settings, args)
+            from pgcdc.status import status_command
+
+            return status_command(settings, as_json=args.json)
         if args.command == "slot":
-            return _slot(settings, args)
+            from pgcdc.slot_admin import slot_command
+
+            return slot_command(settings, args)
         if args.command == "snapshot-table":
-            return _snapshot_table(settings, args)
+            from pgcdc.snapshot_table import snapshot_table_command
+
+            return snapshot_table_command(settings, args)
+        from pgcdc.snapshot import lake_snapshot_command, snapshot_command
+
         if args.lake:
-            return _lake_snapshot(settings, args.lake, args.master)
-        return _snapshot(settings)
+            return lake_snapshot_command(settings, args.lake, args.master)
+        return snapshot_command(settings)
     except ConfigError as exc:
         print(f"pgcdc: {redact_dsn(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -471,39 +441,6 @@ def _connection_hint(text: str, role: str) -> str | None:
     return next((hint for words, hint in _CONNECTION_HINTS if words in text), None)
 
 
-class _TextFormatter(logging.Formatter):
-    """The usual text line, with any connection-string password redacted."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return redact_dsn(super().format(record))
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, thread and,
-    when there is one, the exception; passwords in connection strings are redacted."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
-                timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": redact_dsn(record.getMessage()),
-            "thread": record.threadName,
-        }
-        if record.exc_info:
-            entry["exception"] = redact_dsn(self.formatException(record.exc_info))
-        return json.dumps(entry, default=str)
-
-
-def _configure_logging(level: str, log_format: str) -> None:
-    """The only place that installs a handler: the library code just logs."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-
-
 def _demo(args: argparse.Namespace) -> int:
     from pgcdc.demo import DemoOptions, print_report, run_demo
 
@@ -512,536 +449,6 @@ def _demo(args: argparse.Namespace) -> int:
                                    seed=args.seed, value_format=args.format,
                                    schema_registry=args.schema_registry))
     return 0 if print_report(results) else EXIT_DIFFERS
-
-
-def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from decoder.lsn import format_lsn, parse_lsn
-    from decoder.slot import current_wal_lsn
-    from pgcdc.metrics import MetricsServer
-    from pgcdc.pipeline import Pipeline, PipelineConfig
-
-    log.info("streaming slot %s from %s", settings.source.slot,
-             redact_dsn(settings.source.conninfo()))
-    until_lsn = parse_lsn(args.until_lsn) if args.until_lsn else None  # checked before starting
-    if not _reach_server(settings):
-        return 0  # stopped before the server could be reached: nothing was read
-    _preflight(settings)
-    sink = _sink(settings)
-    progress_file, catalog_dir, _ = _paths(settings)
-    incremental = _incremental(settings, sink)
-    if settings.load.initial and not (incremental is not None and _hand_over_load(
-            settings, incremental)) and not _initial_load(settings, sink, only_pending=True):
-        sink.close()  # stopped during the load: nothing to stream yet
-        return 0
-    service = settings.service
-    state_files = _state_files(settings)
-    pipeline = Pipeline(PipelineConfig(
-        settings.source.conninfo(), slot=settings.source.slot,
-        publication=settings.source.publication, tables=settings.source.tables,
-        progress_file=progress_file, catalog_dir=catalog_dir,
-        load_state=state_files.load_state, incremental_state=state_files.incremental_state,
-        status_interval=service.status_interval, max_lag_bytes=service.max_lag_bytes or None,
-        on_lag=service.on_lag, lag_interval=service.lag_interval,
-        sample_lag=service.metrics_port is not None,
-        heartbeat_interval=service.heartbeat_interval,
-        shutdown_grace=service.shutdown_grace_seconds, max_retries=service.max_retries,
-        retry_max_delay=service.retry_max_delay, sink_stall_seconds=service.sink_stall_seconds,
-        receive_timeout=settings.source.receive_timeout, origin=settings.source.origin,
-        binary=settings.source.binary),
-        sink, incremental=incremental)
-    metrics = None
-    if service.metrics_port is not None:
-        try:
-            metrics = MetricsServer(pipeline, host=service.metrics_host,
-                                    port=service.metrics_port,
-                                    ready_age=max(10.0, 3 * service.status_interval)).start()
-        except OSError as exc:
-            sink.close()
-            msg = (f"cannot serve metrics on {service.metrics_host}:{service.metrics_port}: "
-                   f"{exc.strerror}; choose another --metrics-port")
-            raise ConfigError(msg) from None
-    stop = threading.Event()
-    stop_waiting_on = getattr(sink, "stop_waiting_on", None)
-    if stop_waiting_on is not None:  # a Kafka sink waiting for a table version gives up
-        stop_waiting_on(stop)  # at the stop, not after its request timeout
-
-    def stopping(*_: object) -> None:
-        if not stop.is_set():
-            stop.set()
-            _exit_after(service.shutdown_grace_seconds + _CLOSE_SECONDS, pipeline)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stopping)
-    status_line = None
-    try:
-        pipeline.prepare()
-        status_line = _status_line(pipeline, settings.log.format)
-        if args.exit_when_caught_up:
-            with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
-                until_lsn = current_wal_lsn(conn)
-            log.info("streaming until %s, the WAL end at start, is durable", format_lsn(until_lsn))
-        if incremental is not None:
-            incremental.start()
-        pipeline.run(stop=stop, until_lsn=until_lsn)
-    finally:
-        if status_line is not None:
-            status_line.close()
-        if incremental is not None:
-            incremental.stop()
-        sink.close()
-        if metrics is not None:
-            metrics.close()
-    return 0
-
-
-def _status_line(pipeline: Pipeline, log_format: str) -> StatusLine | None:
-    """On a terminal (and a text log), a line rewritten every second: events/s, the
-    durable LSN, the lag, the state (pgcdc/status_line.py); nothing otherwise."""
-    from pgcdc.status_line import start_status_line
-
-    return start_status_line(pipeline.progress, sys.stderr, log_format)
-
-
-_CLOSE_SECONDS = 5.0  # after the grace period: closing the sink and the connections
-
-
-def _exit_after(seconds: float, pipeline: Pipeline) -> None:
-    """The bound on a stop: if the process still runs ``seconds`` after the signal (a call into
-    the sink or the server blocks: a frozen broker, a blackholed link), it exits 4 from a
-    timer thread, saying so.  Progress stays consistent: it is stored (atomically) only
-    after the sink made it durable, so the slot is at the durable position."""
-    from decoder.lsn import format_lsn
-
-    def expire() -> None:
-        log.error("stopping took longer than %.0f s (blocked in the sink or the server); "
-                  "exiting now: what the sink had not acknowledged (%d events, and any table "
-                  "version being published) is dropped, the slot stays at %s, the durable "
-                  "position, and the next start sends it again", seconds,
-                  pipeline.sink.in_flight(), format_lsn(pipeline.progress.durable_lsn))
-        logging.shutdown()
-        os._exit(EXIT_TRANSIENT)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-
-
-def _incremental(settings: Settings, sink: Sink) -> IncrementalSnapshots | None:
-    from loads.incremental import IncrementalSnapshots
-
-    if not settings.load.incremental:
-        return None
-    path = settings.state.incremental_state or \
-        _paths(settings)[0].with_name(f"{settings.source.slot}.incremental.json")
-    return IncrementalSnapshots(settings.source.conninfo(), sink, slot=settings.source.slot,
-                                publication=settings.source.publication, state_file=path,
-                                chunk_size=settings.load.incremental_chunk_rows)
-
-
-def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bool:
-    """An interrupted initial load, with incremental snapshots on: the tables it did not finish
-    are queued as incremental snapshots and streaming starts at once from the slot's consistent
-    point (docs/incremental-snapshot.md). False (the load resumes as usual) when there is no
-    such load, or when its plan or its slot is not as the load left it."""
-    from psycopg import sql
-
-    from decoder.slot import slot_info
-    from loads.load_state import COMPLETE, LoadStateStore
-
-    store = LoadStateStore(_paths(settings)[2])
-    state = store.load()
-    if state is None or state.status == COMPLETE or not state.tables \
-            or state.slot != settings.source.slot:
-        return False
-    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
-        info = slot_info(conn, settings.source.slot)
-        if info is None or info.confirmed_flush_lsn != state.consistent_point:
-            return False  # the load's own checks name the data loss
-        tables = [sql.Identifier(t.schema, t.name).as_string(conn)
-                  for t in state.tables.values() if not t.complete]
-    incremental.request(tables)  # stored before the load is marked done
-    state.status = COMPLETE
-    store.save(state)
-    log.warning("the interrupted initial load of slot %s is completed by incremental snapshots "
-                "while streaming: %s", settings.source.slot, ", ".join(tables) or "nothing left")
-    return True
-
-
-def _snapshot_table(settings: Settings, args: argparse.Namespace) -> int:
-    """Write a signal row; the running pgcdc (run --incremental-snapshots) acts on it."""
-    from loads.incremental import check_request, install_signal_table, send_signal
-
-    dsn, publication = settings.source.conninfo(), settings.source.publication
-    kind = args.action or "execute-snapshot"
-    tables = [_sql_table_name(name) for name in args.snapshot_tables]
-    data: dict[str, object] = {"tables": tables}
-    if kind == "execute-snapshot":
-        if not tables:
-            msg = "snapshot-table needs at least one TABLE (schema.table) to read"
-            raise ConfigError(msg)
-        surrogate = [c.strip() for c in args.surrogate_key.split(",")] \
-            if args.surrogate_key else None
-        check_request(dsn, publication, tables, surrogate, args.from_key, args.to_key)
-        data.update(surrogate_key=surrogate, from_key=args.from_key, to_key=args.to_key)
-    elif args.from_key or args.to_key or args.surrogate_key:
-        msg = "--from-key, --to-key and --surrogate-key go with a new snapshot, not --" + \
-            kind.removesuffix("-snapshot").replace("stop", "cancel")
-        raise ConfigError(msg)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        install_signal_table(conn)
-        signal_id = send_signal(conn, kind, data)
-    print(f"signal {signal_id} ({kind}) written to pgcdc.signal; the running pgcdc applies it "
-          "within a second")
-    return 0
-
-
-def _sql_table_name(name: str) -> str:
-    """A TABLE of snapshot-table read as ``--tables`` reads a name (decoder/names.py: a part
-    double-quoted as in SQL, an unquoted one taken as written, case kept), written as SQL
-    names it: a part that is not a plain lower-case name double-quoted."""
-    from decoder.names import TableNameError, parse_table_name
-
-    try:
-        parts = parse_table_name(name)
-    except TableNameError as exc:
-        raise ConfigError(str(exc)) from None
-    return ".".join(part if re.fullmatch(r"[a-z_][a-z0-9_$]*", part)
-                    else '"' + part.replace('"', '""') + '"' for part in parts)
-
-
-def _logical_types(settings: Settings) -> LogicalTypes | None:
-    """Typed Avro's types (``--avro-types logical``); None for ``--avro-types text``."""
-    if settings.sink.avro_types != "logical":
-        return None
-    from sinks.avro_logical import LogicalTypes
-
-    return LogicalTypes.reading(settings.source.conninfo())
-
-
-def _sink(settings: Settings) -> Sink:
-    sink: Sink
-    cfg = settings.sink
-    json_options = cfg.json_options(settings.source.database())
-    if cfg.kind == "kafka":
-        if not cfg.bootstrap_servers:
-            msg = ("--sink kafka needs --bootstrap-servers (or PGCDC_BOOTSTRAP_SERVERS, or "
-                   "sink.bootstrap_servers in the config file)")
-            raise ConfigError(msg)
-        from confluent_kafka import KafkaException
-
-        from sinks.kafka import KafkaSink
-
-        if cfg.exactly_once:
-            from sinks.kafka_txn import TransactionalKafkaSink
-
-            try:
-                return TransactionalKafkaSink(
-                    cfg.bootstrap_servers, slot=settings.source.slot,
-                    topic_prefix=cfg.topic_prefix, transactional_id=cfg.transactional_id,
-                    commit_interval_ms=cfg.commit_interval_ms, commit_events=cfg.commit_events,
-                    value_format=cfg.format, tombstones=cfg.tombstones,
-                    transaction_topic=cfg.transaction_topic, client_config=cfg.kafka_config(),
-                    json_options=json_options, schema_registry=cfg.schema_registry(),
-                    logical=_logical_types(settings))
-            except KafkaException as exc:  # librdkafka refused a property of sink.kafka
-                msg = (f"config key 'sink.kafka' is not accepted by librdkafka: "
-                       f"{exc.args[0].str()}; fix the property (CONFIGURATION.md of librdkafka "
-                       "lists them)")
-                raise ConfigError(msg) from None
-        try:
-            sink = KafkaSink(cfg.bootstrap_servers, topic_prefix=cfg.topic_prefix,
-                             value_format=cfg.format, tombstones=cfg.tombstones,
-                             transaction_topic=cfg.transaction_topic,
-                             client_config=cfg.kafka_config(), json_options=json_options,
-                             schema_registry=cfg.schema_registry(),
-                             logical=_logical_types(settings))
-        except KafkaException as exc:  # librdkafka refused a property of sink.kafka
-            msg = (f"config key 'sink.kafka' is not accepted by librdkafka: {exc.args[0].str()}; "
-                   "fix the property (CONFIGURATION.md of librdkafka lists them)")
-            raise ConfigError(msg) from None
-    elif cfg.exactly_once:
-        msg = f"--exactly-once needs --sink kafka (got --sink {cfg.kind})"
-        raise ConfigError(msg)
-    elif cfg.kind == "jsonl":
-        from sinks.jsonlines import JsonLinesSink
-
-        sink = JsonLinesSink(cfg.output, options=json_options)
-    else:
-        from sinks.null import NullSink
-
-        sink = NullSink()
-    return sink
-
-
-def _lake_snapshot(settings: Settings, lake: str, master: str) -> int:
-    """``pgcdc snapshot --lake``: the initial load straight into Delta (streaming/bulk_load.py)."""
-    from loads.initial_load import LoadConfig
-    from streaming.bulk_load import load_lake
-
-    _preflight(settings)
-    progress_file, catalog_dir, state_file = _paths(settings)
-    source = settings.source
-    config = LoadConfig(source.conninfo(), state_file, slot=source.slot,
-                        publication=source.publication, tables=source.tables,
-                        readers=settings.load.readers,  # tables written at once
-                        chunk_pages=settings.load.chunk_pages, progress_file=progress_file,
-                        catalog_dir=catalog_dir)
-    if load_lake(config, lake, master=None if master == "none" else master,
-                 topic_prefix=settings.sink.topic_prefix):
-        return 0
-    print("pgcdc: the lake load was interrupted; run the same command again to resume it",
-          file=sys.stderr)
-    return EXIT_TRANSIENT
-
-
-def _reach_server(settings: Settings) -> bool:
-    """PostgreSQL not reachable yet at start: retried as during a run (pgcdc/startup.py)."""
-    from pgcdc.startup import wait_for_server
-
-    service = settings.service
-    return wait_for_server(settings.source.conninfo(), max_retries=service.max_retries,
-                           retry_max_delay=service.retry_max_delay)
-
-
-def _preflight(settings: Settings) -> None:
-    """Every check of a start before anything is created: a start that fails one leaves no
-    publication or slot behind (the initial load creates the slot before it reads)."""
-    from pgcdc.start_checks import preflight
-
-    source = settings.source
-    preflight(source.conninfo(), source.publication, source.tables, create=True)
-
-
-def _snapshot(settings: Settings) -> int:
-    _preflight(settings)
-    sink = _sink(settings)
-    try:
-        complete = _initial_load(settings, sink, only_pending=False)
-    finally:
-        sink.close()
-    if not complete:
-        print("pgcdc: the initial load was interrupted; run the same command again to resume it",
-              file=sys.stderr)
-        return EXIT_TRANSIENT
-    return 0
-
-
-def _initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool:
-    """Load (or resume loading) the slot's tables; progress and a summary go to stderr.
-    With ``only_pending`` (for ``run``), only when the slot does not exist yet or its load
-    is unfinished."""
-    from functools import partial
-
-    from loads.initial_load import InitialLoad, LoadConfig, run_until_signalled
-
-    progress_file, catalog_dir, state_file = _paths(settings)
-    source = settings.source
-    workers = settings.load.workers
-    workers = len(os.sched_getaffinity(0)) if workers is None else workers
-    # a worker opens its own sink: Kafka (not transactional) or null; jsonl stays in-process
-    separate = settings.sink.kind in ("kafka", "null") and not settings.sink.exactly_once
-    if workers and not separate:
-        log.info("the %s sink is written by this process: the load uses %d reader threads",
-                 settings.sink.kind, settings.load.readers)
-    load = InitialLoad(LoadConfig(source.conninfo(), state_file, slot=source.slot,
-                                  publication=source.publication, tables=source.tables,
-                                  readers=settings.load.readers,
-                                  workers=workers if separate else 0,
-                                  sink_factory=partial(_sink, settings),
-                                  chunk_pages=settings.load.chunk_pages,
-                                  progress_file=progress_file, catalog_dir=catalog_dir), sink)
-    if only_pending and not load.pending():
-        return True
-    return run_until_signalled(load)
-
-
-def _status(settings: Settings, args: argparse.Namespace) -> int:
-    """The report; exit 3 when the progress check finds changes lost."""
-    from pgcdc.status import LOST, render, status_report
-
-    progress_file, catalog_dir, _ = _paths(settings)
-    report = status_report(settings.source.conninfo(), settings.source.slot, progress_file,
-                           catalog_dir, files=_state_files(settings))
-    sink = settings.sink
-    if sink.kind == "kafka" and sink.bootstrap_servers:
-        from confluent_kafka import KafkaException
-
-        from pgcdc.status import topic_counts
-
-        try:
-            report["topics"] = topic_counts(sink.bootstrap_servers, sink.topic_prefix,
-                                            sink.kafka_config())
-        except KafkaException as exc:
-            report["topics"] = f"unavailable: {exc.args[0]}"
-    print(render(report, as_json=args.json))
-    if str(report.get("progress_check", "")).startswith(LOST):
-        print(f"pgcdc: {report['progress_check']}", file=sys.stderr)
-        return EXIT_TERMINAL
-    return 0
-
-
-def _slot(settings: Settings, args: argparse.Namespace) -> int:
-    """``pgcdc slot create|drop``: drop asks first (``--yes`` skips; no terminal, no drop)."""
-    import psycopg
-
-    from decoder.errors import SlotInUseError, SlotMissingError
-    from decoder.lsn import format_lsn
-    from decoder.slot import drop_slot, ensure_slot, slot_info
-
-    slot = settings.source.slot
-    if args.action == "list":
-        return _slot_list(settings)
-    if args.action == "drop" and not args.yes:
-        if not sys.stdin.isatty():
-            msg = (f'refusing to drop replication slot "{slot}" without confirmation: '
-                   "stdin is not a terminal; pass --yes to drop it")
-            raise ConfigError(msg)
-        answer = input(f'drop replication slot "{slot}"? The server discards the WAL it keeps '
-                       "for it and pgcdc cannot resume from it. Type the slot name to confirm: ")
-        if answer.strip() != slot:
-            print("pgcdc: not dropped", file=sys.stderr)
-            return EXIT_USAGE
-    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
-        info = slot_info(conn, slot)
-        if args.action == "create":
-            if info is not None:
-                print(f'replication slot "{slot}" already exists '
-                      f"(confirmed {format_lsn(info.confirmed_flush_lsn or 0)})")
-                return 0
-            info = ensure_slot(conn, slot, create=True, two_phase=not args.no_two_phase)
-            print(f'created replication slot "{slot}" at '
-                  f"{format_lsn(info.confirmed_flush_lsn or 0)}")
-            return 0
-        if info is None:
-            raise SlotMissingError(slot)
-        if info.active_pid is not None:
-            raise SlotInUseError(slot, info.active_pid)
-        drop_slot(conn, slot)
-        print(f'dropped replication slot "{slot}"')
-        if args.all:
-            _uninstall(conn)
-    from decoder.restart import start_over
-
-    files = _state_files(settings)
-    if files.progress_file is not None and files.progress_file.exists():
-        print(f"pgcdc: {files.progress_file} still holds the dropped slot's progress, so "
-              "pgcdc run refuses to start from a new slot; "
-              f"{start_over(slot, files, drop_slot=False)}", file=sys.stderr)
-    return 0
-
-
-def _slot_list(settings: Settings) -> int:
-    """``pgcdc slot list``: every replication slot of the server, what it holds back."""
-    rows = []
-    with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
-        for r in conn.execute(
-                "SELECT slot_name, slot_type, coalesce(plugin, '-'), coalesce(database, '-'), "
-                "coalesce(active_pid::text, '-'), coalesce(confirmed_flush_lsn::text, '-'), "
-                "coalesce(wal_status, '-'), coalesce(pg_size_pretty(pg_wal_lsn_diff("
-                "pg_current_wal_lsn(), restart_lsn)), '-') "
-                "FROM pg_replication_slots ORDER BY slot_name").fetchall():
-            rows.append([str(v) for v in r])
-    header = ["slot", "type", "plugin", "database", "active_pid", "confirmed_flush",
-              "wal_status", "wal_held"]
-    if not rows:
-        print("no replication slots")
-        return 0
-    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
-    for line in [header, *rows]:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
-    return 0
-
-
-def _uninstall(conn: psycopg.Connection[Any]) -> None:
-    """What ``slot drop --all`` removes beyond the slot, and what it leaves, said."""
-    from snapshot_builder import ddl
-
-    others = [str(r[0]) for r in conn.execute(
-        "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() "
-        "AND plugin = 'pgoutput' ORDER BY 1").fetchall()]
-    if others:
-        print(f"kept DDL capture: slot(s) {', '.join(others)} of this database may use it")
-    else:
-        for what in ddl.uninstall(conn):
-            print(f"removed {what}")
-    print("publications are kept (pgcdc may share one with others): DROP PUBLICATION <name> "
-          "removes one pgcdc created")
-
-
-def _catalog(args: argparse.Namespace) -> int:
-    from decoder.lsn import parse_lsn
-    from pgcdc import catalog_view
-    from snapshot_builder.history import HistoryFile
-
-    _, catalog_dir = _state_paths(args)
-    if not catalog_dir.exists():
-        msg = f"no catalog history in {catalog_dir}: run pgcdc first, or pass --catalog-dir"
-        raise ConfigError(msg)
-    history = HistoryFile(catalog_dir).load(read_only=True)  # pgcdc may be writing it
-    if args.action == "history":
-        print(catalog_view.history_lines(history))
-    elif args.action == "show":
-        at = history.catalog_at(parse_lsn(args.at)) if args.at else history.latest
-        print(catalog_view.show(at))
-    else:
-        if not args.at:
-            msg = "catalog diff needs --at LSN (and optionally --to LSN)"
-            raise ConfigError(msg)
-        before = history.catalog_at(parse_lsn(args.at))
-        after = history.catalog_at(parse_lsn(args.to)) if args.to else history.latest
-        print(catalog_view.diff(before, after))
-    return 0
-
-
-def _spark_kafka_options(args: argparse.Namespace) -> dict[str, str]:
-    """Kafka consumer properties for Spark (the Java client's names, without the ``kafka.``
-    prefix Spark wants; it is added by the job): the file first, then each --kafka-option."""
-    lines: list[tuple[str, str]] = []
-    if args.kafka_properties is not None:
-        try:
-            text = Path(args.kafka_properties).read_text()
-        except OSError as exc:
-            msg = f"cannot read --kafka-properties {args.kafka_properties}: {exc.strerror}"
-            raise ConfigError(msg) from None
-        lines += [(line, f"line {n} of {args.kafka_properties}")
-                  for n, line in enumerate(text.splitlines(), 1)
-                  if line.strip() and not line.lstrip().startswith(("#", "!"))]
-    lines += [(option, f"--kafka-option {option.partition('=')[0]}")
-              for option in args.kafka_option]
-    options: dict[str, str] = {}
-    for line, where in lines:
-        key, sep, value = line.partition("=")
-        key = key.strip().removeprefix("kafka.")
-        if not sep or not key:
-            msg = f"{where}: expected KEY=VALUE, e.g. security.protocol=SASL_SSL"
-            raise ConfigError(msg)
-        options[key] = value.strip()
-    return options
-
-
-def _spark(args: argparse.Namespace) -> int:
-    from streaming import job
-    from streaming.session import build_session
-
-    master = None if args.master == "none" else args.master
-    spark_log = args.spark_log or (Path.home() / ".local" / "state" / "pgcdc"
-                                   / f"{args.topic_prefix}.spark.log")
-    log.info("spark's own log lines go to %s", spark_log)
-    if not log.isEnabledFor(logging.DEBUG):  # py4j logs every callback at INFO
-        logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = build_session("pgcdc-apply", master=master, spark_log=spark_log)
-    config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
-                           topic_prefix=args.topic_prefix,
-                           trigger_seconds=None if args.available_now else args.trigger_seconds,
-                           max_offsets_per_trigger=job.DEFAULT_MAX_OFFSETS
-                           if args.max_offsets_per_trigger is None
-                           else args.max_offsets_per_trigger,
-                           changelog=args.changelog, optimize_every=args.optimize_every,
-                           archive_dropped=args.archive_dropped,
-                           kafka_options=_spark_kafka_options(args))
-    query = job.start(spark, config)
-    query.awaitTermination()
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -14,7 +15,12 @@ from decoder.lsn import format_lsn
 from decoder.progress import ProgressStore
 from decoder.restart import StateFiles, start_over
 from decoder.slot import slot_info
+from pgcdc.exit_codes import EXIT_TERMINAL
+from pgcdc.state_paths import slot_paths, state_files
 from snapshot_builder.history import CatalogGapError, CatalogHistory, HistoryFile
+
+if TYPE_CHECKING:
+    from pgcdc.config import Settings
 
 
 def status_report(dsn: str, slot: str, progress_file: Path, catalog_dir: Path, *,
@@ -164,3 +170,25 @@ def render(report: dict[str, Any], *, as_json: bool = False) -> str:
         else:
             lines.append(f"{key:<{width}}  {'-' if value is None else value}")
     return "\n".join(lines)
+
+
+def status_command(settings: Settings, *, as_json: bool) -> int:
+    """``pgcdc status``: the report, with the messages each topic holds when Kafka is
+    configured; exit 3 when the progress check finds changes lost."""
+    progress_file, catalog_dir, _ = slot_paths(settings)
+    report = status_report(settings.source.conninfo(), settings.source.slot, progress_file,
+                           catalog_dir, files=state_files(settings))
+    sink = settings.sink
+    if sink.kind == "kafka" and sink.bootstrap_servers:
+        from confluent_kafka import KafkaException
+
+        try:
+            report["topics"] = topic_counts(sink.bootstrap_servers, sink.topic_prefix,
+                                            sink.kafka_config())
+        except KafkaException as exc:
+            report["topics"] = f"unavailable: {exc.args[0]}"
+    print(render(report, as_json=as_json))
+    if str(report.get("progress_check", "")).startswith(LOST):
+        print(f"pgcdc: {report['progress_check']}", file=sys.stderr)
+        return EXIT_TERMINAL
+    return 0

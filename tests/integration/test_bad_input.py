@@ -17,6 +17,7 @@ from decoder.errors import (
     SlotInvalidatedError,
     WalLevelError,
 )
+from pgcdc.exit_codes import EXIT_TERMINAL, EXIT_USAGE
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.ports import free_port
 from pgcdc.services.postgres import PostgresServer
@@ -82,7 +83,7 @@ def test_a_table_to_publish_that_does_not_exist(pg_conn: Conn, pg_dsn: str,
         Pipeline(config, RecordingSink()).prepare()
     assert cli.main(["run", "--dsn", pg_dsn, "--tables", "public.absent", "--sink", "null",
                      "--progress-file", str(tmp_path / "progress"),
-                     "--catalog-dir", str(tmp_path / "catalog")]) == cli.EXIT_USAGE
+                     "--catalog-dir", str(tmp_path / "catalog")]) == EXIT_USAGE
     assert pg_conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
     assert pg_conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
 
@@ -148,6 +149,6 @@ def test_status_says_when_changes_were_lost(pg_conn: Conn, pg_dsn: str, tmp_path
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["progress_check", "ok"] for line in lines), lines
     drop_slot(pg_conn, "pgcdc")
-    assert cli.main(argv) == cli.EXIT_TERMINAL
+    assert cli.main(argv) == EXIT_TERMINAL
     captured = capsys.readouterr()
     assert "DATA LOSS: the slot is gone" in captured.err and "--initial-load" in captured.err

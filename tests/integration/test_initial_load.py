@@ -22,7 +22,7 @@ from decoder.change import READ, ChangeEvent
 from decoder.slot import current_wal_lsn, slot_info
 from loads.initial_load import InitialLoad, LoadConfig
 from loads.load_state import CHUNK_BITS, ROW_BITS, LoadStateStore
-from pgcdc.cli import EXIT_TRANSIENT
+from pgcdc.exit_codes import EXIT_TRANSIENT
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
 from tests.oracle import Writer, read_topic

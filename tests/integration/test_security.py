@@ -24,7 +24,7 @@ from psycopg import sql
 
 from core.wire import topic_name
 from decoder.slot import current_wal_lsn, slot_info
-from pgcdc import cli
+from pgcdc import cli, spark_apply
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer, make_certificates
 from snapshot_builder import ddl
@@ -229,7 +229,7 @@ def test_spark_reads_through_sasl_with_a_properties_file(
         "--kafka-option", "security.protocol=SASL_PLAINTEXT"])
     config = job.JobConfig(args.bootstrap_servers, args.lake, args.checkpoint,
                            topic_prefix=args.topic_prefix,
-                           kafka_options=cli._spark_kafka_options(args))
+                           kafka_options=spark_apply.kafka_options(args))
     row = pg_conn.execute("SELECT 'ledger'::regclass::oid").fetchone()
     assert row is not None
     ledger = job.read_catalog(spark, config).latest(int(str(row[0])))

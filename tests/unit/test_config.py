@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from core.errors import ConfigError
-from pgcdc import cli
+from pgcdc import cli, log_format, spark_apply
 from pgcdc.config import load_settings, redact_dsn
+from pgcdc.exit_codes import EXIT_USAGE
+from pgcdc.sink_factory import build_sink
 
 DSN = "host=db user=cdc dbname=app"
 
@@ -141,12 +143,12 @@ def test_redact_dsn(text: str, expected: str) -> None:
 def test_log_formatters_redact_and_json_is_one_object_per_line() -> None:
     record = logging.LogRecord("pgcdc.x", logging.WARNING, __file__, 1,
                                "connecting to %s", ("host=db password=hunter2",), None)
-    line = cli._JsonFormatter().format(record)
+    line = log_format.JsonFormatter().format(record)
     entry = json.loads(line)
     assert entry["message"] == "connecting to host=db password=***"
     assert entry["level"] == "warning" and entry["logger"] == "pgcdc.x"
     assert entry["time"].endswith("+00:00")
-    text = cli._TextFormatter("%(message)s").format(record)
+    text = log_format.TextFormatter("%(message)s").format(record)
     assert text == "connecting to host=db password=***"
 
 
@@ -276,7 +278,7 @@ def test_a_property_librdkafka_does_not_know_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"^config key 'sink.kafka' is not accepted by "
                                           r"librdkafka: No such configuration property: "
                                           r'"ssl.cipher.suits"; fix the property'):
-        cli._sink(settings)
+        build_sink(settings)
 
 
 def test_spark_kafka_options_from_a_file_and_flags(tmp_path: Path) -> None:
@@ -288,14 +290,14 @@ def test_spark_kafka_options_from_a_file_and_flags(tmp_path: Path) -> None:
     args = cli._parser().parse_args([
         "spark", "--bootstrap-servers", "k:9092", "--lake", "/l", "--checkpoint", "/c",
         "--kafka-properties", str(props), "--kafka-option", "security.protocol=SASL_PLAINTEXT"])
-    assert cli._spark_kafka_options(args) == {
+    assert spark_apply.kafka_options(args) == {
         "security.protocol": "SASL_PLAINTEXT",  # the flag beats the file
         "sasl.mechanism": "PLAIN",
         "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
                             'username="u" password="p=q";'}
     args.kafka_option = ["security.protocol"]
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
-        cli._spark_kafka_options(args)
+        spark_apply.kafka_options(args)
 
 
 @pytest.mark.parametrize(("message", "hint"), [
@@ -347,7 +349,7 @@ def test_a_dsn_libpq_refuses_is_a_configuration_error(dsn: str, says: str) -> No
     with pytest.raises(ConfigError, match="source.dsn") as raised:
         load_settings(_flags("--dsn", dsn), environ={})
     assert says in str(raised.value)
-    assert cli.main(["status", "--dsn", dsn]) == cli.EXIT_USAGE
+    assert cli.main(["status", "--dsn", dsn]) == EXIT_USAGE
 
 
 def test_a_dsn_libpq_reads_is_accepted() -> None:

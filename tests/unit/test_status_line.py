@@ -78,7 +78,7 @@ class _Terminal(io.StringIO):
 
 @pytest.fixture
 def root_handler() -> Iterator[logging.Handler]:
-    """The root logger with one handler writing to a terminal (a StringIO), as cli's."""
+    """The root logger with one handler writing to a terminal (a StringIO), as pgcdc's."""
     root = logging.getLogger()
     saved, level = list(root.handlers), root.level
     for handler in saved:
