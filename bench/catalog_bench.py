@@ -7,8 +7,8 @@ columns and more) through :class:`snapshot_builder.history.HistoryFile`, then
 measures ``HistoryFile.load()`` ``--runs`` times, each in a fresh process (no
 warm caches), wall and CPU time; then, in this process, a sweep of
 ``catalog_at(lsn)`` and ``table_at(oid, lsn)`` lookups and ``verify()`` (every
-stored fingerprint recomputed, which a load skips).  Target (snapshot_builder
-issue): 10,000 versions load in under a second.
+stored fingerprint recomputed, which a load skips).  Target: 10,000 versions
+load in under a second.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ jsonb, int[] and enum columns.  Then, one after the other:
 
 Every consumer asks for the same pgoutput options, so the walsender does the
 same work for each: ``--protocol 1`` (the default) is ``proto_version=1`` and
-the publication, as the issue specifies for (a), and pgcdc is configured to
+the publication, what (a) is given, and pgcdc is configured to
 match (``protocol_version=1``, no streaming); ``--protocol native`` gives all
 three what pgcdc negotiates by itself (the highest version the server speaks,
 ``streaming`` and ``messages``).
@@ -34,7 +34,8 @@ peak RSS (``VmHWM``, see :func:`peak_rss_kb`), CPU time (``getrusage``) and the
 wall time of ``Pipeline.run``; (a) is timed from process start to exit.  The
 CPU time of the server's walsender is sampled from /proc for each measurement.
 Nothing is asserted about timings: the script measures, prints a table and a
-Markdown snippet, and says which of the issue's targets are met.
+Markdown snippet, and says which of the targets (:data:`RATIO_TARGETS`,
+:data:`RSS_TARGET_MB`) are met.
 
 From the repository root::
 
@@ -707,7 +708,7 @@ def ratio(result: Result, ceiling: Result | None) -> float | None:
 
 
 def verdicts(result: Result, ceiling: Result | None) -> tuple[str, str]:
-    """(throughput verdict, RSS verdict) against the issue's targets."""
+    """(throughput verdict, RSS verdict) against the targets."""
     if result.key == "a":
         return "ceiling", "-"
     r = ratio(result, ceiling)

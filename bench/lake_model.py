@@ -1,4 +1,4 @@
-"""The lake model at length (TESTING.md T18, issue 15): many random programs of DDL and DML,
+"""The lake model at length (TESTING.md T18): many random programs of DDL and DML,
 with kill -9 of ``pgcdc run`` at every capture and of the Spark driver at half the applies,
 each ending with the lake compared with the source table by table.
 

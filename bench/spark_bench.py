@@ -541,8 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-offsets", type=int, default=None,
                         help="tables: maxOffsetsPerTrigger (default: pgcdc spark's)")
     parser.add_argument("--threads", type=int, nargs="+", default=[APPLY_THREADS],
-                        help="tables: tables applied at once (1: one after the other, as "
-                             "before issue 16), each value a series of runs")
+                        help="tables: tables applied at once (1: one after the other), each "
+                             "value a series of runs")
     parser.add_argument("--rows", type=int, default=200_000, help="catch-up: rows inserted")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[10_000, 50_000, 200_000],
                         help="catch-up: maxOffsetsPerTrigger values")

@@ -1,4 +1,4 @@
-"""What a start checks before it creates anything (issue 18).
+"""What a start checks before it creates anything.
 
 A start that fails a check (a published table the role may not read, a schema it may not
 use, a table without a key) must leave no publication or slot behind.  The publication is

@@ -1,4 +1,4 @@
-"""PostgreSQL unreachable when ``pgcdc run`` starts: waited for, as during a run (issue 18).
+"""PostgreSQL unreachable when ``pgcdc run`` starts: waited for, as during a run.
 
 A service is often started before its database (a reboot, ``docker compose up``), so a
 server that cannot be reached yet (refused, timed out, starting up, shutting down) is
@@ -19,7 +19,7 @@ from types import FrameType
 import psycopg
 from psycopg import conninfo
 
-log = logging.getLogger("pgcdc.cli")
+log = logging.getLogger(__name__)
 
 # libpq's and the server's words for a server that is not there (yet): worth waiting for
 _UNREACHABLE = re.compile(

@@ -1,4 +1,4 @@
-"""A live status line for ``pgcdc run`` on a terminal (issue 18).
+"""A live status line for ``pgcdc run`` on a terminal.
 
 When stderr is a terminal (and the log is text, not ``--log-format json``), one line is
 rewritten in place every second::

@@ -11,8 +11,9 @@ versions, on every run and every machine, and a dropped-and-recreated table is
 a new object because its OID differs.
 
 :class:`RelationCatalog` keeps the definition the stream itself proves: the
-pgoutput Relation messages.  (The time-travel history built from DDL in the
-WAL extends this; see the snapshot_builder issue.)
+pgoutput Relation messages.  The time-travel catalog, the definitions at any LSN
+built from the DDL captured in the WAL, is :mod:`snapshot_builder.history`
+(``CatalogHistory.catalog_at``).
 """
 
 from __future__ import annotations
