@@ -147,6 +147,12 @@ class Progress:
     # (an incremental snapshot was requested), or not followed (a warning said how)
     rewrites: dict[str, int] = field(default_factory=dict)
 
+    def count_rewrite(self, table: TableVersion, action: str) -> None:
+        """One more rewrite of ``table``, by what pgcdc did (``read_again`` or
+        ``not_followed``), under the key ``<schema>.<table>:<action>`` the metrics split."""
+        key = f"{table.qualified_name}:{action}"
+        self.rewrites[key] = self.rewrites.get(key, 0) + 1
+
     @property
     def by_table(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -702,7 +708,7 @@ class Pipeline:
             table = self.builder.table(oid)
             if table is None:
                 continue  # dropped since
-            name = f"{_quoted(table.schema)}.{_quoted(table.name)}"
+            name = _name(table)
             keyed = table.replica_identity in ("d", "i") and bool(table.key_columns)
             if self._incremental is not None:
                 self._incremental.read_again(name, oid)
@@ -719,8 +725,7 @@ class Pipeline:
                             "changes in the WAL: the stream does not carry the new values "
                             "and the table downstream differs from the source; %s",
                             format_lsn(commit_lsn), table.qualified_name, reason, fix)
-            key = f"{table.qualified_name}:{action}"
-            self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
+            self.progress.count_rewrite(table, action)
 
     def _detached(self, departure: Departure, commit_lsn: int) -> None:
         """A partition detached from a table published via its root, dropped or truncated:
@@ -752,8 +757,7 @@ class Pipeline:
                         root.qualified_name, root.qualified_name,
                         f" (and {partition.qualified_name}, if published on its own, lacks "
                         "its earlier rows)" if again else "", root.qualified_name)
-        key = f"{root.qualified_name}:{action}"  # as for the other rewrites
-        self.progress.rewrites[key] = self.progress.rewrites.get(key, 0) + 1
+        self.progress.count_rewrite(root, action)
 
     def _table(self, oid: int) -> TableVersion:
         return self._current(oid)[0]
