@@ -43,7 +43,7 @@ from core import wire
 from core.wire import CONNECTOR, PRODUCER_VERSION
 from decoder.change import ChangeEvent, unix_millis
 from decoder.pgoutput import PG_EPOCH_OFFSET_US
-from sinks.avro_logical import LogicalTypes, compiled_kind, varint
+from sinks.avro_logical import LogicalTypes, boolean_writer, compiled_kind, varint
 from sinks.envelope import text_of
 from sinks.snapshot_marks import MarkedRead
 from snapshot_builder.catalog import Column, TableVersion
@@ -179,13 +179,7 @@ def _string(text: str) -> bytes:
 
 # Column writers: the union branch of a non-null value (1, zigzag 0x02), then the value.
 
-def _write_boolean(out: bytearray, value: Any) -> None:
-    if value is True:
-        out += b"\x02\x01"
-    elif value is False:
-        out += b"\x02\x00"
-    else:
-        raise _mismatch(value, "boolean")
+_write_boolean = boolean_writer(lambda value: _mismatch(value, "boolean"))
 
 
 def _write_int(out: bytearray, value: Any) -> None:

@@ -239,14 +239,25 @@ def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
 
 # --- simple slots --------------------------------------------------------------------------------
 
-def _write_boolean(out: bytearray, value: Any) -> None:
-    if value is True:
-        out += b"\x02\x01"
-    elif value is False:
-        out += b"\x02\x00"
-    else:
-        msg = f"{value!r} is not a boolean"
-        raise AvroTypeError(msg)
+def boolean_writer(mismatch: Callable[[Any], Exception]) -> Writer:
+    """The writer of a nullable boolean: the union branch of a non-null value (1, zigzag
+    0x02), then the byte; anything but True or False raises ``mismatch(value)``.  Text
+    Avro (sinks/avro.py) writes its booleans with it too."""
+    def write(out: bytearray, value: Any) -> None:
+        if value is True:
+            out += b"\x02\x01"
+        elif value is False:
+            out += b"\x02\x00"
+        else:
+            raise mismatch(value)
+    return write
+
+
+def _not_a_boolean(value: Any) -> AvroTypeError:
+    return AvroTypeError(f"{value!r} is not a boolean")
+
+
+_write_boolean = boolean_writer(_not_a_boolean)
 
 
 def _integer_writer(low: int, high: int, bits: int) -> Writer:
