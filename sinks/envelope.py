@@ -175,12 +175,7 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int,
         BEFORE: event.before,
         AFTER: event.after,
         SOURCE: {
-            wire.SOURCE_VERSION: PRODUCER_VERSION,
-            wire.SOURCE_CONNECTOR: CONNECTOR,
-            wire.SOURCE_NAME: server_name,
-            wire.SOURCE_TS_MS: unix_millis(event.commit_time),
-            wire.SOURCE_SNAPSHOT: snapshot_of(event),
-            wire.SOURCE_DB: options.database,
+            **_source_head(event, server_name, options),
             wire.SOURCE_SCHEMA: table.schema,
             wire.SOURCE_TABLE: table.name,
             wire.SOURCE_TX_ID: event.xid,
@@ -193,6 +188,18 @@ def envelope(event: ChangeEvent, *, server_name: str, now_ms: int,
         OP: event.op,
         wire.TS_MS: now_ms,
         UNCHANGED: list(event.unchanged),
+    }
+
+
+def _source_head(event: ChangeEvent, server_name: str, options: JsonOptions) -> dict[str, Any]:
+    """The source block's first members, the same in both modes and in this order."""
+    return {
+        wire.SOURCE_VERSION: PRODUCER_VERSION,
+        wire.SOURCE_CONNECTOR: CONNECTOR,
+        wire.SOURCE_NAME: server_name,
+        wire.SOURCE_TS_MS: unix_millis(event.commit_time),
+        wire.SOURCE_SNAPSHOT: snapshot_of(event),
+        wire.SOURCE_DB: options.database,
     }
 
 
@@ -278,12 +285,7 @@ def _debezium_envelope(event: ChangeEvent, server_name: str, now_ms: int,
         BEFORE: None if event.before is None else rows.convert(event.before),
         AFTER: None if event.after is None else rows.convert(event.after, event.unchanged),
         SOURCE: {
-            wire.SOURCE_VERSION: PRODUCER_VERSION,
-            wire.SOURCE_CONNECTOR: CONNECTOR,
-            wire.SOURCE_NAME: server_name,
-            wire.SOURCE_TS_MS: unix_millis(event.commit_time),
-            wire.SOURCE_SNAPSHOT: snapshot_of(event),
-            wire.SOURCE_DB: options.database,
+            **_source_head(event, server_name, options),
             wire.SOURCE_SEQUENCE: f'["{event.commit_lsn}","{event.lsn}"]',
             wire.SOURCE_TS_US: commit_us,
             wire.SOURCE_TS_NS: commit_us * 1000,
