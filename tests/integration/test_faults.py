@@ -50,18 +50,8 @@ _databases = itertools.count()
 # --- the module's services ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    pg = PostgresServer()
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.cleanup()
-
-
-@pytest.fixture(scope="module")
-def pg_proxy(server: PostgresServer) -> Iterator[TcpProxy]:
-    with TcpProxy(server.port) as proxy:
+def pg_proxy(own_pg_server: PostgresServer) -> Iterator[TcpProxy]:
+    with TcpProxy(own_pg_server.port) as proxy:
         yield proxy
 
 
@@ -360,12 +350,12 @@ def wal_sender_timeout(conn: Conn, value: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def rig(server: PostgresServer, pg_proxy: TcpProxy, kafka: tuple[KafkaBroker, TcpProxy],
-        tmp_path: Path) -> Iterator[Rig]:
+def rig(own_pg_server: PostgresServer, pg_proxy: TcpProxy,
+        kafka: tuple[KafkaBroker, TcpProxy], tmp_path: Path) -> Iterator[Rig]:
     broker, kafka_proxy = kafka
     pg_proxy.set_mode(PASS)
     kafka_proxy.set_mode(PASS)
-    rig = Rig(server, pg_proxy, broker, kafka_proxy, tmp_path)
+    rig = Rig(own_pg_server, pg_proxy, broker, kafka_proxy, tmp_path)
     rig.create()
     try:
         yield rig
@@ -376,8 +366,8 @@ def rig(server: PostgresServer, pg_proxy: TcpProxy, kafka: tuple[KafkaBroker, Tc
         broker.resume()
         pg_proxy.set_mode(PASS)
         kafka_proxy.set_mode(PASS)
-        if not (server.datadir / "postmaster.pid").exists():
-            server.start()
+        if not (own_pg_server.datadir / "postmaster.pid").exists():
+            own_pg_server.start()
         rig.drop()
 
 

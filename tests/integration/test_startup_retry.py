@@ -11,26 +11,13 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from pgcdc.services.postgres import PostgresServer
 
 BOUND = 120  # seconds a wait lasts at most (not a timing assertion)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    """A cluster of this module's own: the tests stop it."""
-    pg = PostgresServer()
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.cleanup()
 
 
 def _command(dsn: str, tmp: Path, *extra: str) -> list[str]:
@@ -66,19 +53,19 @@ class _Stderr:
         return "".join(self.lines)
 
 
-def test_run_waits_for_postgres_at_start(server: PostgresServer, tmp_path: Path) -> None:
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+def test_run_waits_for_postgres_at_start(own_pg_server: PostgresServer, tmp_path: Path) -> None:
+    with psycopg.connect(own_pg_server.dsn(), autocommit=True) as conn:
         conn.execute("CREATE TABLE waited (id int PRIMARY KEY)")
         conn.execute("CREATE PUBLICATION pgcdc FOR TABLE waited")
         conn.execute("SELECT pg_create_logical_replication_slot('pgcdc', 'pgoutput')")
         conn.execute("INSERT INTO waited SELECT generate_series(1, 5)")
-    server.stop()
-    proc = subprocess.Popen(_command(server.dsn(), tmp_path, "--exit-when-caught-up"),
+    own_pg_server.stop()
+    proc = subprocess.Popen(_command(own_pg_server.dsn(), tmp_path, "--exit-when-caught-up"),
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         stderr = _Stderr(proc)
         stderr.wait_for("attempt 3, retrying until stopped")
-        server.start()
+        own_pg_server.start()
         code = proc.wait(BOUND)
     finally:
         if proc.poll() is None:
@@ -94,13 +81,13 @@ def test_run_waits_for_postgres_at_start(server: PostgresServer, tmp_path: Path)
     assert sorted(r["after"]["id"] for r in rows if r.get("op") == "c") == [1, 2, 3, 4, 5]
 
 
-def test_max_retries_gives_up_at_start(server: PostgresServer, tmp_path: Path) -> None:
-    server.stop()
+def test_max_retries_gives_up_at_start(own_pg_server: PostgresServer, tmp_path: Path) -> None:
+    own_pg_server.stop()
     try:
-        done = subprocess.run(_command(server.dsn(), tmp_path, "--max-retries", "2"),
+        done = subprocess.run(_command(own_pg_server.dsn(), tmp_path, "--max-retries", "2"),
                               capture_output=True, text=True, timeout=BOUND, check=False)
     finally:
-        server.start()
+        own_pg_server.start()
     assert done.returncode == 4, done.stderr
     assert "attempt 2 of 2" in done.stderr, done.stderr
     assert "giving up after 3 failures in a row (--max-retries 2)" in done.stderr, done.stderr
