@@ -17,17 +17,17 @@ from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
 from sinks.debezium_json import PGCDC_JSON, JsonOptions
 from sinks.envelope import encode_value
+from sinks.sink import SynchronousSink
 from snapshot_builder.catalog import TableVersion
 
 
-class JsonLinesSink:
+class JsonLinesSink(SynchronousSink):
     def __init__(self, path: str | None = None, *, server_name: str = "pgcdc",
                  options: JsonOptions = PGCDC_JSON) -> None:
         self._own = path not in (None, "-")
         self._out: IO[bytes] = open(path, "ab") if path not in (None, "-") else sys.stdout.buffer  # noqa: SIM115
         self._server_name = server_name
         self._options = options
-        self._durable: int | None = None
 
     def publish_table(self, table: TableVersion, lsn: int) -> None:
         line = json.dumps({"table_version": table.to_dict(), "lsn": lsn}, separators=(",", ":"))
@@ -53,16 +53,7 @@ class JsonLinesSink:
         self._out.flush()
         if self._own:
             os.fsync(self._out.fileno())
-        self._durable = end_lsn
-
-    def durable_lsn(self) -> int | None:
-        return self._durable
-
-    def in_flight(self) -> int:
-        return 0
-
-    def poll(self, timeout: float = 0.0) -> None:
-        return None
+        super().end_transaction(end_lsn)
 
     def flush(self, timeout: float) -> None:
         self._out.flush()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
+from sinks.sink import SynchronousSink
 from snapshot_builder.catalog import TableVersion
 
 
-class NullSink:
+class NullSink(SynchronousSink):
     def __init__(self) -> None:
         self.events = 0
         self.messages = 0
-        self._durable: int | None = None
 
     def publish_table(self, table: TableVersion, lsn: int) -> None:
         return None
@@ -25,18 +25,6 @@ class NullSink:
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
                       xid: int | None) -> None:
         self.messages += 1
-
-    def end_transaction(self, end_lsn: int) -> None:
-        self._durable = end_lsn
-
-    def durable_lsn(self) -> int | None:
-        return self._durable
-
-    def in_flight(self) -> int:
-        return 0
-
-    def poll(self, timeout: float = 0.0) -> None:
-        return None
 
     def flush(self, timeout: float) -> None:
         return None

@@ -69,3 +69,23 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Flush what can be flushed and release resources."""
+
+
+class SynchronousSink:
+    """What every sink shares whose writes are durable once :meth:`end_transaction` returns
+    (a file, nothing at all): nothing is ever in flight or waiting for a delivery report, and
+    the durable LSN is the end of the last transaction."""
+
+    _durable: int | None = None
+
+    def end_transaction(self, end_lsn: int) -> None:
+        self._durable = end_lsn
+
+    def durable_lsn(self) -> int | None:
+        return self._durable
+
+    def in_flight(self) -> int:
+        return 0
+
+    def poll(self, timeout: float = 0.0) -> None:
+        return None
