@@ -28,7 +28,6 @@ from tests.integration.test_faults import (  # noqa: F401 (fixtures)
     kafka,
     pg_proxy,
     rig,
-    server,
 )
 from tests.oracle import PgcdcProcess, Writer
 from tests.tcp_proxy import BLACKHOLE, PASS, RESET
