@@ -8,8 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -20,17 +18,10 @@ from pgcdc.acknowledgement import LagLimitError
 from pgcdc.metrics import MetricsServer
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.ports import free_port
+from tests.health import get
 from tests.recording_sink import RecordingSink
 
 Conn = psycopg.Connection[tuple[object, ...]]
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _samples(text: str) -> dict[str, float]:
@@ -69,9 +60,9 @@ def test_metrics_and_health_of_a_running_pipeline(pg_conn: Conn, pg_dsn: str) ->
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with MetricsServer(pipeline, port=port, ready_age=30):
-        assert _get(f"{base}/health/live") == (200, "live\n")
-        assert _get(f"{base}/health/ready")[0] == 503  # not streaming yet
-        assert _get(f"{base}/nothing")[0] == 404
+        assert get(f"{base}/health/live") == (200, "live\n")
+        assert get(f"{base}/health/ready")[0] == 503  # not streaming yet
+        assert get(f"{base}/nothing")[0] == 404
         thread = threading.Thread(target=pipeline.run, kwargs={"stop": stop})
         thread.start()
         try:
@@ -82,10 +73,10 @@ def test_metrics_and_health_of_a_running_pipeline(pg_conn: Conn, pg_dsn: str) ->
             pg_conn.execute("DELETE FROM t WHERE id = 2")
             end = current_wal_lsn(pg_conn)
             _wait(lambda: pipeline.progress.durable_lsn >= end, "the pipeline did not catch up")
-            _wait(lambda: _get(f"{base}/health/ready")[0] == 200, "never ready")
-            _wait(lambda: "pgcdc_slot_lag_bytes " in _get(f"{base}/metrics")[1],
+            _wait(lambda: get(f"{base}/health/ready")[0] == 200, "never ready")
+            _wait(lambda: "pgcdc_slot_lag_bytes " in get(f"{base}/metrics")[1],
                   "no lag sample")
-            code, text = _get(f"{base}/metrics")
+            code, text = get(f"{base}/metrics")
         finally:
             stop.set()
             thread.join(30)
@@ -113,8 +104,8 @@ def test_metrics_and_health_of_a_running_pipeline(pg_conn: Conn, pg_dsn: str) ->
         assert "# TYPE pgcdc_errors_total counter" in text
         assert pipeline.progress.by_table == {"public.t": 5, "public.u": 1}
         # stopped: no longer ready, still live
-        assert _get(f"{base}/health/ready")[0] == 503
-        assert _get(f"{base}/health/live")[0] == 200
+        assert get(f"{base}/health/ready")[0] == 503
+        assert get(f"{base}/health/live")[0] == 200
 
 
 def test_lag_guard_stops_with_a_typed_error(pg_conn: Conn, pg_dsn: str) -> None:
@@ -209,14 +200,11 @@ format = "json"
     try:
         def ready() -> bool:
             assert proc.poll() is None, proc.communicate(timeout=5)[1]
-            try:
-                return _get(f"http://127.0.0.1:{port}/health/ready")[0] == 200
-            except OSError:
-                return False
+            return get(f"http://127.0.0.1:{port}/health/ready")[0] == 200
         _wait(ready, "pgcdc run never became ready", timeout=30)
         pg_conn.execute("INSERT INTO t VALUES (1)")
         _wait(lambda: 'pgcdc_events_total{op="c",table="public.t"} 1.0'
-              in _get(f"http://127.0.0.1:{port}/metrics")[1], "the insert was not counted")
+              in get(f"http://127.0.0.1:{port}/metrics")[1], "the insert was not counted")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from pgcdc.services.ports import free_port
+from tests.health import get
 from tests.integration.test_faults import (  # noqa: F401 (fixtures)
     Rig,
     kafka,
@@ -31,16 +30,6 @@ from tests.integration.test_faults import (  # noqa: F401 (fixtures)
 )
 from tests.oracle import Writer
 from tests.tcp_proxy import BLACKHOLE, PASS, RESET
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:  # not serving yet
-        return 0, str(exc)
 
 
 def _sample(text: str, name: str) -> float | None:
@@ -61,20 +50,20 @@ def test_stall_is_warned_counted_and_makes_pgcdc_unready(rig: Rig) -> None:
         writer.write(rig.conn, 5)
         pgcdc.start()
         rig.caught_up(pgcdc)
-        rig.wait_for("ready", lambda: _get(base + "/health/ready")[0] == 200, 30, pgcdc)
+        rig.wait_for("ready", lambda: get(base + "/health/ready")[0] == 200, 30, pgcdc)
         rig.kafka_proxy.set_mode(RESET)
         try:
             writer.write(rig.conn, 10)
             rig.wait_for("/health/ready to say 503",
-                         lambda: _get(base + "/health/ready")[0] == 503, 60, pgcdc)
-            code, body = _get(base + "/health/ready")
-            metrics = _get(base + "/metrics")[1]
+                         lambda: get(base + "/health/ready")[0] == 503, 60, pgcdc)
+            code, body = get(base + "/health/ready")
+            metrics = get(base + "/metrics")[1]
         finally:
             rig.kafka_proxy.set_mode(PASS)
         assert code == 503 and "the sink has acknowledged nothing for" in body, body
         assert _sample(metrics, "pgcdc_sink_stalled") == 1, metrics
-        rig.wait_for("ready again", lambda: _get(base + "/health/ready")[0] == 200, 90, pgcdc)
-        metrics = _get(base + "/metrics")[1]
+        rig.wait_for("ready again", lambda: get(base + "/health/ready")[0] == 200, 90, pgcdc)
+        metrics = get(base + "/metrics")[1]
         assert _sample(metrics, "pgcdc_sink_stalled") == 0, metrics
         assert _sample(metrics, "pgcdc_sink_stalls_total") == 1, metrics
         err = rig.finish(pgcdc)
@@ -110,7 +99,7 @@ def test_on_lag_stop_acts_while_the_sink_is_stuck(rig: Rig,
         deadline = time.monotonic() + 90
         while pgcdc.proc.poll() is None and time.monotonic() < deadline:
             writer.write(rig.conn, 5)
-            code, body = _get(base + "/health/ready")
+            code, body = get(base + "/health/ready")
             if code == 503:
                 reasons.append(body)
             time.sleep(0.2)
