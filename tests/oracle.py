@@ -248,6 +248,12 @@ class PgcdcProcess:
         """Run until the slot confirmed everything written so far, then stop gracefully."""
         target = current_wal_lsn(conn)
         self.start()
+        self.stop_after_catch_up(conn, target, slot=slot, timeout=timeout)
+
+    def stop_after_catch_up(self, conn: Conn, target: int, *, slot: str = "pgcdc",
+                            timeout: float = 120) -> str:
+        """Let the running pgcdc go on until the slot confirmed ``target``, then stop it
+        gracefully (SIGTERM: exit 0); its stderr."""
         deadline = time.monotonic() + timeout
         assert self.proc is not None
         while True:
@@ -263,3 +269,4 @@ class PgcdcProcess:
         self.proc.send_signal(signal.SIGTERM)
         code, err = self.wait(60)
         assert code == 0, f"graceful stop failed ({code}):\n{err}"
+        return err

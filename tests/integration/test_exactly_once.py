@@ -45,11 +45,6 @@ def ledger(pg_conn: Conn) -> None:
     pg_conn.execute("SELECT pg_create_logical_replication_slot('pgcdc', 'pgoutput', false, true)")
 
 
-def _confirmed(conn: Conn) -> int:
-    info = slot_info(conn, "pgcdc")
-    return (info.confirmed_flush_lsn or 0) if info is not None else 0
-
-
 def _wait_for_a_commit(servers: str, prefix: str) -> None:
     deadline = time.monotonic() + 90
     while read_committed_lsn({"bootstrap.servers": servers}, offsets_topic(prefix),
@@ -177,15 +172,7 @@ def test_transaction_timed_out_by_the_broker_is_resent(
         time.sleep(8)
     finally:
         writer.stop()
-    target = current_wal_lsn(pg_conn)
-    deadline = time.monotonic() + 120
-    while _confirmed(pg_conn) < target:
-        assert pgcdc.proc.poll() is None, f"pgcdc stopped: {pgcdc.wait(5)}"
-        assert time.monotonic() < deadline, "pgcdc did not catch up within 120 s"
-        time.sleep(0.5)
-    pgcdc.proc.send_signal(signal.SIGTERM)
-    code, err = pgcdc.wait(60)
-    assert code == 0, err
+    err = pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn))
     # the first error seen varies: the timeout itself, or messages that timed out with it
     assert "resending from the durable position" in err, err
     assert "fenced this pgcdc" not in err, err
@@ -262,14 +249,6 @@ def test_walsender_killed_mid_transaction_exactly_once(pg_conn: Conn, pg_dsn: st
     finally:
         writer.stop()
     assert kills >= 2, "the walsender was not running to be killed"
-    target = current_wal_lsn(pg_conn)
-    deadline = time.monotonic() + 120
-    while _confirmed(pg_conn) < target:
-        assert pgcdc.proc.poll() is None, f"pgcdc stopped: {pgcdc.wait(5)}"
-        assert time.monotonic() < deadline, "pgcdc did not catch up within 120 s"
-        time.sleep(0.5)
-    pgcdc.proc.send_signal(signal.SIGTERM)
-    code, err = pgcdc.wait(60)
-    assert code == 0, err
+    err = pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn))
     assert "restarted inside an open Kafka transaction" in err, err
     _check_exactly_once(kafka_servers, topic_prefix, writer, pg_conn)
