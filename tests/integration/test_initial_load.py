@@ -245,12 +245,7 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
     err = pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn), timeout=60)
     assert "initial load (attempt 1)" in err
 
-    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
-    assert _fold(events) == _source(pg_conn)
-    reads = [e for e in events if e["op"] == READ]
-    first = [e for e in reads if _attempt(e) == 0 and _chunk(e) in done]
-    again = [e for e in reads if _attempt(e) == 1 and _chunk(e) in done]
-    assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
+    reads = _resumed_reads(pg_conn, kafka_servers, topic_prefix, done)
     assert {e["source"]["commit_lsn"] for e in reads} == {crashed.consistent_point - 1}
     # the snapshot marks across the crash (read_marks.py): the first attempt's "first"
     # was durable before its chunks were done, so the resumed one writes none; only the
@@ -259,6 +254,19 @@ def test_kill_during_load_resumes_and_keeps_durable_chunks(
               for mark in ("first", "last")}
     assert marked == {"first": [0], "last": [1]}
     assert {e["source"]["snapshot"] for e in reads} == {"first", "true", "last"}
+
+
+def _resumed_reads(conn: Conn, servers: str, prefix: str,
+                   done: list[int]) -> list[dict[str, Any]]:
+    """The topic, folded by key, equals the source, and the resumed load (attempt 1) read
+    the chunks attempt 0 had made durable (``done``) again only in part; its read events."""
+    events = read_topic(servers, topic_name(prefix, "public", "ledger"))
+    assert _fold(events) == _source(conn)
+    reads = [e for e in events if e["op"] == READ]
+    first = [e for e in reads if _attempt(e) == 0 and _chunk(e) in done]
+    again = [e for e in reads if _attempt(e) == 1 and _chunk(e) in done]
+    assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
+    return reads
 
 
 def _workers(pid: int) -> list[int]:
@@ -327,12 +335,7 @@ def test_a_worker_killed_mid_load_resumes(pg_conn: Conn, pg_dsn: str, kafka_serv
     pgcdc.start(["run"])
     pgcdc.stop_after_catch_up(pg_conn, current_wal_lsn(pg_conn), timeout=90)
 
-    events = read_topic(kafka_servers, topic_name(topic_prefix, "public", "ledger"))
-    assert _fold(events) == _source(pg_conn)
-    reads = [e for e in events if e["op"] == READ]
-    first = [e for e in reads if _attempt(e) == 0 and _chunk(e) in done]
-    again = [e for e in reads if _attempt(e) == 1 and _chunk(e) in done]
-    assert first and len(again) < len(first) / 4, "durable chunks were read again in full"
+    _resumed_reads(pg_conn, kafka_servers, topic_prefix, done)
 
 
 def test_row_moved_into_a_done_chunk_keeps_its_toasted_value(pg_conn: Conn, pg_dsn: str,
