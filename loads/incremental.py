@@ -348,9 +348,9 @@ class IncrementalSnapshots:
         """Queue table ``oid`` (named ``table``), whose rows a DDL changed without row changes
         in the WAL.  Its rows changed since any read of it began, so one being read now (the
         first job, maybe halfway) is queued once more, to be read whole after; one still
-        waiting its turn reads the new rows anyway.  When its turn comes, a name that no
-        longer holds that table (dropped, or created again) ends the job as ``gone``.
-        ``whole``: read whole even with a key (rows left it unseen), a truncate first."""
+        waiting its turn reads the new rows anyway.  When its turn comes, the table is found
+        by OID (renamed or moved to another schema since: read under its new name); a
+        dropped one ends the job as ``gone``.  ``whole``: read whole even with a key (rows left it unseen), a truncate first."""
         with self._lock:
             waiting = [j for j in self.state.jobs[1:] if j.table == table and j.oid in (None, oid)]
             if not waiting:
@@ -514,8 +514,12 @@ class IncrementalSnapshots:
             except (IncrementalSnapshotError, psycopg.errors.UndefinedTable,
                     psycopg.errors.UndefinedColumn, psycopg.errors.DataError,
                     psycopg.errors.InsufficientPrivilege) as exc:
-                if job.oid is not None and not _holds(conn, job):  # dropped while read
+                moved = job.table
+                if job.oid is not None and not self._follow(conn, job):  # dropped while read
                     self._finish(job, "gone", f"table oid {job.oid} dropped while read")
+                elif job.table != moved:  # renamed while read: on from its last chunk
+                    target = target_job = None
+                    continue
                 else:
                     log.error("incremental snapshot of %s failed: %s", job.table, exc)
                     self._finish(job, "failed", str(exc).strip())
@@ -525,8 +529,25 @@ class IncrementalSnapshots:
                 self._finish(job, "complete")
                 target = target_job = None
 
+    def _follow(self, conn: Conn, job: Job) -> bool:
+        """Whether pgcdc's own job's table (``job.oid``) still exists; a table renamed or
+        moved to another schema since the request (or during the read) is read under its
+        new name (the request named it when the DDL that asked for the read committed;
+        the stream may be far behind the database)."""
+        assert job.oid is not None
+        name = _current_name(conn, job.oid)
+        if name is None:
+            return False
+        if name != job.table:
+            log.info("incremental snapshot of %s: the table (oid %d) is %s now: reading it "
+                     "under that name", job.table, job.oid, name)
+            with self._lock:
+                job.table = name
+                self.store.save(self.state)
+        return True
+
     def _activate(self, conn: Conn, job: Job) -> _Target | None:
-        if job.oid is not None and not _holds(conn, job):
+        if job.oid is not None and not self._follow(conn, job):
             log.info("incremental snapshot of %s not read: the table (oid %d) was dropped "
                      "since it was requested", job.table, job.oid)
             self._finish(job, "gone", f"table oid {job.oid} dropped since the request")
@@ -760,10 +781,15 @@ def _whole(job: Job) -> bool:
     return job.oid is not None and not job.surrogate_key
 
 
-def _holds(conn: Conn, job: Job) -> bool:
-    """Whether the job's name still names the table (OID) it was requested for."""
-    row = conn.execute("SELECT to_regclass(%s)::oid", (job.table,)).fetchone()
-    return row is not None and row[0] is not None and int(row[0]) == job.oid
+def _current_name(conn: Conn, oid: int) -> str | None:
+    """The schema-qualified name table ``oid`` has now, both parts always quoted as pgcdc
+    names its own requests (pgcdc/pipeline.py); None if there is none."""
+    row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c "
+                       "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                       "WHERE c.oid = %s AND c.relkind IN ('r', 'p')", (oid,)).fetchone()
+    if row is None:
+        return None
+    return ".".join('"' + str(part).replace('"', '""') + '"' for part in row)
 
 
 def again_query(target: _Target, keys: list[list[str]]) -> sql.Composed:

@@ -78,8 +78,8 @@ class Job:
     chunks: int = 0
     rows: int = 0
     again: list[list[str]] = field(default_factory=list)  # keys to read again (TOAST)
-    # the table the request meant (pgcdc's own, after a DDL rewrote it): a name that holds
-    # another table by then is not read
+    # the table the request meant (pgcdc's own, after a DDL rewrote it): read under the
+    # name it has when read (renamed or moved since), not read if dropped
     oid: int | None = None
     # read whole even with a key (a truncate, then every row): rows left the table with no
     # row change in the WAL (a partition detached from a table published via its root)

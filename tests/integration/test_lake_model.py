@@ -112,6 +112,16 @@ REGRESSIONS = {
         "INSERT INTO f SELECT g % 2, g, 'b' FROM generate_series(1, 6) g", CAPTURE, APPLY,
         "ALTER TABLE t DROP COLUMN b", "ALTER TABLE f DROP COLUMN b",
         "INSERT INTO t VALUES (7, 7)", "INSERT INTO f VALUES (1, 7)", "DELETE FROM t WHERE id = 1"],
+    # bench seed 26000093: a DDL's read again named the table as it was at the DDL's
+    # commit; renamed or moved before the read, the job ended "gone" and the lake kept the
+    # old values (a constant default's NULLs, a volatile default's)
+    "read again under a new name": [
+        "CREATE SCHEMA side", "CREATE TABLE t (id int PRIMARY KEY, a int)",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g",
+        "ALTER TABLE t ADD COLUMN c int DEFAULT 7",
+        "ALTER TABLE t ADD COLUMN v int DEFAULT (random() * 1000)::int",
+        "ALTER TABLE t RENAME TO u", "ALTER TABLE u SET SCHEMA side",
+        "INSERT INTO side.u VALUES (7, 7, 8, 9)"],
     "keyless composite attribute added": [
         "CREATE TYPE pair AS (a int, b text)", "CREATE TABLE t (k int, p pair)",
         "ALTER TABLE t REPLICA IDENTITY FULL",
