@@ -103,24 +103,14 @@ def _ratios(rates: dict[str, float], unit: str) -> None:
 
 def streaming(args: argparse.Namespace) -> None:
     from bench import decoder_bench as db
-    from bench.kafka_sink_bench import Recorder, librdkafka_cpu
-    from pgcdc.pipeline import Pipeline, PipelineConfig
+    from bench.kafka_sink_bench import capture, librdkafka_cpu
     from pgcdc.services.kafka import KafkaBroker
     from pgcdc.services.postgres import PostgresServer
     from sinks.kafka import KafkaSink
 
     workload = db.Workload.scaled(args.scale)
     with PostgresServer(settings=db.SERVER_SETTINGS) as server, KafkaBroker() as kafka:
-        setup = db.prepare_and_load(server.dsn(), ["b"], workload)
-        recorder = Recorder()
-        pipeline = Pipeline(PipelineConfig(
-            server.dsn(), slot=db.SLOTS["b"], publication=db.PUBLICATION, tables=[db.TABLE],
-            create_slot=False, create_publication=False, protocol_version=1, streaming=False),
-            recorder)
-        pipeline.prepare()
-        decoding = time.thread_time()
-        pipeline.run(until_lsn=setup.end_lsn)
-        decoding = time.thread_time() - decoding
+        recorder, decoding = capture(server.dsn(), workload)
         calls = recorder.calls
         events = sum(kind == "event" for kind, _, _ in calls)
         last = max(lsn for kind, _, lsn in calls if kind == "end")

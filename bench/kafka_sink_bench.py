@@ -69,6 +69,21 @@ class Recorder(NullSink):
         super().end_transaction(end_lsn)
 
 
+def capture(dsn: str, workload: db.Workload) -> tuple[Recorder, float]:
+    """The decoder benchmark's workload (slot b) decoded by pgcdc into a :class:`Recorder`,
+    and the thread CPU seconds ``Pipeline.run`` took."""
+    setup = db.prepare_and_load(dsn, ["b"], workload)
+    recorder = Recorder()
+    pipeline = Pipeline(PipelineConfig(
+        dsn, slot=db.SLOTS["b"], publication=db.PUBLICATION, tables=[db.TABLE],
+        create_slot=False, create_publication=False, protocol_version=1, streaming=False),
+        recorder)
+    pipeline.prepare()
+    decoding = time.thread_time()
+    pipeline.run(until_lsn=setup.end_lsn)
+    return recorder, time.thread_time() - decoding
+
+
 def _proc_cpu(path: str) -> float:
     stat = Path(path).read_text()
     fields = stat[stat.rindex(")") + 2:].split()
@@ -166,14 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         server = stack.enter_context(PostgresServer(settings=db.SERVER_SETTINGS))
         kafka = None if args.bootstrap_servers else stack.enter_context(KafkaBroker())
         servers = args.bootstrap_servers or (kafka.bootstrap_servers if kafka else "")
-        setup = db.prepare_and_load(server.dsn(), ["b"], workload)
-        recorder = Recorder()
-        pipeline = Pipeline(PipelineConfig(
-            server.dsn(), slot=db.SLOTS["b"], publication=db.PUBLICATION, tables=[db.TABLE],
-            create_slot=False, create_publication=False, protocol_version=1, streaming=False),
-            recorder)
-        pipeline.prepare()
-        pipeline.run(until_lsn=setup.end_lsn)
+        recorder, _ = capture(server.dsn(), workload)
         print(f"captured {sum(k == 'event' for k, _, _ in recorder.calls):,} events")
         broker = db.ProcessCpu(str(kafka.base)) if kafka else _Unmeasured()
         registry = None
