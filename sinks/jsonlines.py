@@ -58,9 +58,6 @@ class JsonLinesSink(SynchronousSink):
     def flush(self, timeout: float) -> None:
         self._out.flush()
 
-    def reset(self) -> None:
-        return None
-
     def close(self) -> None:
         self._out.flush()
         if self._own:

@@ -25,12 +25,3 @@ class NullSink(SynchronousSink):
     def write_message(self, message: LogicalMessage, *, lsn: int, commit_lsn: int | None,
                       xid: int | None) -> None:
         self.messages += 1
-
-    def flush(self, timeout: float) -> None:
-        return None
-
-    def reset(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

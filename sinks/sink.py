@@ -73,8 +73,9 @@ class Sink(Protocol):
 
 class SynchronousSink:
     """What every sink shares whose writes are durable once :meth:`end_transaction` returns
-    (a file, nothing at all): nothing is ever in flight or waiting for a delivery report, and
-    the durable LSN is the end of the last transaction."""
+    (a file, nothing at all): nothing is ever in flight or waiting for a delivery report, so
+    there is nothing to flush or forget, and the durable LSN is the end of the last
+    transaction."""
 
     _durable: int | None = None
 
@@ -88,4 +89,13 @@ class SynchronousSink:
         return 0
 
     def poll(self, timeout: float = 0.0) -> None:
+        return None
+
+    def flush(self, timeout: float) -> None:
+        return None
+
+    def reset(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None

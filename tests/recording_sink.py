@@ -6,10 +6,11 @@ import threading
 
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
+from sinks.sink import SynchronousSink
 from snapshot_builder.catalog import TableVersion
 
 
-class RecordingSink:
+class RecordingSink(SynchronousSink):
     """Durable means "recorded", unless ``hold`` is set: then nothing is durable until release()."""
 
     def __init__(self, *, hold: bool = False) -> None:
@@ -19,7 +20,6 @@ class RecordingSink:
         self.ends: list[int] = []
         self.messages: list[tuple[LogicalMessage, int | None]] = []
         self._hold = hold
-        self._durable: int | None = None
         self._pending: list[int] = []
         self.received = threading.Event()
 
@@ -50,20 +50,5 @@ class RecordingSink:
             self._durable = self._pending[-1]
             self._pending.clear()
 
-    def durable_lsn(self) -> int | None:
-        return self._durable
-
     def in_flight(self) -> int:
         return len(self._pending)
-
-    def poll(self, timeout: float = 0.0) -> None:
-        return None
-
-    def flush(self, timeout: float) -> None:
-        return None
-
-    def reset(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
