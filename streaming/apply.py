@@ -52,7 +52,7 @@ from core.wire import (
     table_name,
 )
 from streaming import ownership, typed_avro
-from streaming.catalog import LakeCatalog
+from streaming.catalog import CatalogLog, LakeCatalog
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
     cached_property,
@@ -66,7 +66,6 @@ from streaming.schema import (
     ORDINAL,
     TEXT,
     TEXT_TYPE,
-    CatalogLog,
     ColumnSpec,
     TableSpec,
     renamed_names,
@@ -618,7 +617,7 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
     # a date key as the apply reads it (a BC date, a year past 9999: ColumnSpec.cast), in
     # days since 1970 (see _sql_value); only for tables keyed by a date, where it converts
     dated = ", ".join(str(oid) for oid, (kind, _) in chosen.items() if kind == "d") or "NULL"
-    as_date = ColumnSpec("k", "date", -1, True)
+    as_date = ColumnSpec.of_type("date")
     for kind, spark_type in (("i", "bigint"), ("s", "string"), ("d", "date")):
         key, old = f"try_cast(k AS {spark_type})", f"try_cast(b AS {spark_type})"
         if kind == "d":

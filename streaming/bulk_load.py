@@ -120,8 +120,7 @@ def marker(state: LoadState, oid: int) -> str:
 def spec_of(table: TableVersion, lsn: int, prefix: str = "pgcdc") -> TableSpec:
     """The table version as the stream's catalog record gives it (sinks/kafka.py
     publish_table: the version's dict, its LSN and its topic)."""
-    return TableSpec.from_dict(dict(table.to_dict(), lsn=lsn,
-                                    topic=topic_name(prefix, table.schema, table.name)))
+    return TableSpec(table, lsn, topic_name(prefix, table.schema, table.name))
 
 
 @dataclass(frozen=True)

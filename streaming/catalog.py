@@ -14,11 +14,13 @@ stream with, so that the lake follows what happened at the source:
   created again under the same name is another OID, hence another life, which starts
   empty.
 
-The ``<prefix>._catalog`` records still give what only they carry: each version's topic
-and its Avro writer schema.  They are also the whole story when the history does not hold
-a table: without DDL capture (no event trigger: pgcdc is not a superuser) the history holds
-no tables at all, and a table then resolves from its ``_catalog`` records alone, ordered
-by the LSN each was published with.
+The ``<prefix>._catalog`` records (:class:`CatalogLog`) still give what only they carry:
+each version's topic and its Avro writer schema.  They are also the whole story when the
+history does not hold a table: without DDL capture (no event trigger: pgcdc is not a
+superuser) the history holds no tables at all, and a table then resolves from its
+``_catalog`` records alone, replayed into a history of their own (one ``put_table`` per
+version, at the LSN it was published with), read by the same :func:`_lives` as the
+builder's.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from core.wire import topic_name
-from snapshot_builder.catalog import TableVersion
+from core.wire import CATALOG_OID, topic_name
+from snapshot_builder.catalog import TableVersion, table_from_dict
 from snapshot_builder.history import (
     Catalog,
     CatalogError,
@@ -39,7 +41,7 @@ from snapshot_builder.history import (
     Entry,
     PutTable,
 )
-from streaming.schema import CatalogLog, TableSpec
+from streaming.schema import TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,71 @@ def _lives(history: CatalogHistory) -> dict[int, Life]:
         dropped = steps[-1][0] if steps[-1][1] is None else None
         lives[oid] = Life(oid, steps[0][0], versions, dropped)
     return lives
+
+
+class CatalogLog:
+    """Every published table version (the ``<prefix>._catalog`` records), by OID and
+    version: what each was published with, and the order of a table's versions by their
+    records alone (replayed into a :class:`~snapshot_builder.history.CatalogHistory`,
+    :attr:`history`, one ``put_table`` per version at the LSN it was published with; a
+    version published again counts once, at its first record)."""
+
+    def __init__(self, specs: Iterable[TableSpec]) -> None:
+        self._versions: dict[tuple[int, str], TableSpec] = {}
+        for spec in specs:
+            self._versions.setdefault((spec.oid, spec.version), spec)
+        self.history = CatalogHistory()
+        for spec in sorted(self._versions.values(), key=lambda s: s.lsn):
+            self.history.append(PutTable(spec.table), lsn=spec.lsn)
+        self._lives = _lives(self.history)
+        self._by_oid: dict[int, list[TableSpec]] = {}
+        for oid, life in self._lives.items():
+            versions = [self._versions[(oid, table.version)] for _, table in life.versions]
+            self._by_oid[oid] = _borrow_identities(versions)
+            self._versions.update(((oid, s.version), s) for s in self._by_oid[oid])
+
+    def version(self, oid: int, version: str) -> TableSpec | None:
+        return self._versions.get((oid, version))
+
+    def by_version(self, version: str) -> TableSpec | None:
+        """Any table's spec with this version: equal versions have equal writer schemas."""
+        return next((s for (_, v), s in self._versions.items() if v == version), None)
+
+    def latest(self, oid: int) -> TableSpec:
+        return self._by_oid[oid][-1]
+
+    def versions(self, oid: int) -> list[TableSpec]:
+        """Every version of one table, oldest first."""
+        return list(self._by_oid.get(oid, []))
+
+    def born(self, oid: int) -> int | None:
+        """The LSN of the table's oldest record, if any."""
+        life = self._lives.get(oid)
+        return None if life is None else life.born
+
+    def tables(self) -> list[TableSpec]:
+        """The newest version of every table."""
+        return [versions[-1] for versions in self._by_oid.values()]
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+
+def _borrow_identities(versions: list[TableSpec]) -> list[TableSpec]:
+    """``versions`` (one table's, oldest first) where a version described by a Relation
+    message (no attnums) takes the attnums of the newest captured version with the same
+    layout (:attr:`TableVersion.layout`: the same columns, types and order, so the same
+    columns), as :attr:`TableSpec.attnums`; its own version is kept."""
+    captured = {v.table.layout: v for v in versions
+                if v.columns and all(c.attnum is not None for c in v.columns)}
+    out = []
+    for spec in versions:
+        donor = captured.get(spec.table.layout)
+        if donor is not None and all(c.attnum is None for c in spec.columns) \
+                and [c.name for c in donor.columns] == [c.name for c in spec.columns]:
+            spec = dataclasses.replace(spec, attnums=tuple(c.attnum for c in donor.columns))
+        out.append(spec)
+    return out
 
 
 class LakeCatalog:
@@ -192,8 +259,7 @@ class LakeCatalog:
         life = self._lives.get(oid)
         if life is not None:
             return life.born
-        published = self.log.versions(oid)
-        return min(s.lsn for s in published) if published else None
+        return self.log.born(oid)
 
     def dropped(self, oid: int) -> int | None:
         """The LSN of the table's drop, if the history holds one."""
@@ -218,8 +284,8 @@ class LakeCatalog:
         record = self.log.version(table.oid, table.version)
         if record is not None:
             return dataclasses.replace(record, lsn=lsn)
-        spec = TableSpec.from_dict(dict(table.to_dict(), lsn=lsn))
         twin = self.log.by_version(table.version)
-        if twin is not None:
-            return dataclasses.replace(twin, oid=table.oid, lsn=lsn)
-        return dataclasses.replace(spec, topic=topic_name(self._prefix, spec.schema, spec.name))
+        if twin is not None:  # the twin's definition under this OID (the same version)
+            data = dict(twin.table.to_dict(), **{CATALOG_OID: table.oid})
+            return dataclasses.replace(twin, table=table_from_dict(data, verify=False), lsn=lsn)
+        return TableSpec(table, lsn, topic_name(self._prefix, table.schema, table.name))

@@ -35,9 +35,9 @@ from core.errors import ConfigError, TerminalError
 from core.wire import catalog_history_topic, catalog_topic, table_topic_pattern
 from streaming import multiset, typed_avro
 from streaming.apply import APPLY_THREADS, Steps, apply_batch
-from streaming.catalog import LakeCatalog, replay
+from streaming.catalog import CatalogLog, LakeCatalog, replay
 from streaming.compaction import compact
-from streaming.schema import CatalogLog, TableSpec
+from streaming.schema import TableSpec
 
 log = logging.getLogger(__name__)
 

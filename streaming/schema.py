@@ -1,12 +1,12 @@
-"""Table versions from the catalog log, and their Spark shapes.
+"""Table versions as the lake applies them, and their Spark shapes.
 
-The catalog log (the ``<prefix>._catalog`` topic) holds every table version
-pgcdc published, each with the LSN it counts from, its topic and its Avro writer
-schema.  :class:`CatalogLog` answers "which versions exist" and, ordered by those
-LSNs, "what is the newest shape of this table", from Kafka alone: no driver-local
-files.  The job resolves tables through the catalog history (streaming/catalog.py)
-and falls back on this order only for a table the history does not hold (no DDL
-capture).
+A :class:`TableSpec` is the builder's own table version
+(:class:`snapshot_builder.catalog.TableVersion`, read back from its catalog record by the
+builder's :func:`~snapshot_builder.catalog.table_from_dict`) beside what its publication
+adds (the ``<prefix>._catalog`` record's LSN, topic, value format and Avro writer schema);
+a :class:`ColumnSpec` is a column of it as the lake holds it: its Spark type and the casts
+into it.  Which versions exist and in which order they took effect is the catalog's
+business (streaming/catalog.py: the builder's history, replayed).
 
 Column values arrive as text (the JSON envelope's, or an Avro string; sinks/envelope.py)
 and are cast to the Spark type of the column's PostgreSQL type here.  The lake
@@ -40,12 +40,12 @@ has the whole table.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core import wire
+from snapshot_builder.catalog import Column, TableVersion, table_from_dict
 
 NUMERIC_MAX_PRECISION = 38
 
@@ -66,25 +66,52 @@ _SIMPLE = {
 _NARROWER = ("timestamp", "timestamp_ntz")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ColumnSpec:
-    name: str
-    type_name: str
-    typmod: int
-    is_key: bool
-    attnum: int | None = None  # the column's identity across renames (captured DDL only)
-    # a domain column: its built-in base type and typmod (the catalog record's
-    # ``base_type``/``base_typmod``, sinks publish them); None in records from before
-    base_type: str | None = None
-    base_typmod: int = -1
+    """A catalog column (the builder's :class:`~snapshot_builder.catalog.Column`) as the
+    lake holds it: its Spark type and the casts into it.  ``identity``: the column's attnum
+    where the column itself has none (a version a Relation message described), borrowed
+    from a captured version of the same layout (:class:`streaming.catalog.CatalogLog`)."""
+
+    column: Column
+    identity: int | None = None
 
     @classmethod
-    def from_record(cls, c: dict[str, Any]) -> ColumnSpec:
-        """A column of a ``_catalog`` record (``Column.to_dict`` of snapshot_builder/catalog.py)."""
-        attnum = c.get(wire.COLUMN_ATTNUM)
-        return cls(c[wire.COLUMN_NAME], c[wire.COLUMN_TYPE_NAME], int(c[wire.COLUMN_TYPMOD]),
-                   bool(c[wire.COLUMN_KEY]), int(attnum) if attnum is not None else None,
-                   c.get(wire.COLUMN_BASE_TYPE), int(c.get(wire.COLUMN_BASE_TYPMOD, -1)))
+    def of_type(cls, type_name: str, typmod: int = -1, *, name: str = "",
+                is_key: bool = False) -> ColumnSpec:
+        """The Spark mapping of a type known by its name alone (an array's element, a
+        literal of a key), not a column of a table version: its type OID is not known (0)."""
+        return cls(Column(name, 0, type_name, typmod, is_key))
+
+    @property
+    def name(self) -> str:
+        return self.column.name
+
+    @property
+    def type_name(self) -> str:
+        return self.column.type_name
+
+    @property
+    def typmod(self) -> int:
+        return self.column.typmod
+
+    @property
+    def is_key(self) -> bool:
+        return self.column.is_key
+
+    @property
+    def attnum(self) -> int | None:
+        """The column's identity across renames (captured DDL only, or borrowed)."""
+        return self.column.attnum if self.column.attnum is not None else self.identity
+
+    @property
+    def base_type(self) -> str | None:
+        """A domain column's built-in base type (records from before name none)."""
+        return self.column.base_type
+
+    @property
+    def base_typmod(self) -> int:
+        return self.column.base_typmod
 
     @property
     def pg_type(self) -> str:
@@ -162,28 +189,60 @@ def _temporal(t: str, spark_type: str) -> str:
 
 @dataclass(frozen=True)
 class TableSpec:
-    oid: int
-    schema: str
-    name: str
-    version: str
-    lsn: int
-    topic: str
-    columns: tuple[ColumnSpec, ...]
+    """A table version as the lake applies it: the builder's own
+    :class:`~snapshot_builder.catalog.TableVersion` (``table``: its OID, names, version,
+    replica identity and columns), and what its ``<prefix>._catalog`` record adds: the LSN
+    it was published at (or took effect at, in the catalog history), its events' topic and
+    format, the Avro writer schema and its column types."""
+
+    table: TableVersion
+    lsn: int = 0
+    topic: str = ""
     value_format: str = wire.FORMAT_JSON
     value_schema: str | None = None  # the Avro writer schema (JSON), for value_format avro
-    # pg_class.relreplident ('d', 'i', 'f', 'n'); None in records from before it was read
-    replica_identity: str | None = None
     # the Avro writer schema's column types: text (strings where Avro has no primitive) or
     # logical (typed Avro, pgcdc run --avro-types logical, sinks/avro_logical.py)
     avro_types: str = wire.AVRO_TYPES_TEXT
+    # the columns' attnums where ``table`` has none (a version a Relation message
+    # described), borrowed from a captured version of the same layout; None: its own
+    attnums: tuple[int | None, ...] | None = None
+    # the lake table of the key columns alone (a table's tombstones, streaming/tombstones.py)
+    only_keys: bool = False
+    columns: tuple[ColumnSpec, ...] = field(init=False, repr=False, compare=False)
+    key_columns: tuple[ColumnSpec, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        attnums = self.attnums if self.attnums is not None else (None,) * len(self.table.columns)
+        columns = tuple(ColumnSpec(c, a)
+                        for c, a in zip(self.table.columns, attnums, strict=True))
+        keys = tuple(c for c in columns if c.is_key)
+        object.__setattr__(self, "columns", keys if self.only_keys else columns)
+        object.__setattr__(self, "key_columns", keys)
 
     @property
-    def key_columns(self) -> tuple[ColumnSpec, ...]:
-        return tuple(c for c in self.columns if c.is_key)
+    def oid(self) -> int:
+        return self.table.oid
+
+    @property
+    def schema(self) -> str:
+        return self.table.schema
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @property
+    def version(self) -> str:
+        return self.table.version
+
+    @property
+    def replica_identity(self) -> str:
+        """pg_class.relreplident: ``d``, ``i``, ``f`` or ``n``."""
+        return self.table.replica_identity
 
     @property
     def qualified_name(self) -> str:
-        return f"{self.schema}.{self.name}"
+        return self.table.qualified_name
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TableSpec:
@@ -193,71 +252,15 @@ class TableSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TableSpec:
-        """A ``_catalog`` record as a dict, or a catalog history's table (its ``to_dict``,
-        which the record extends with ``lsn``, ``topic`` and the writer schema)."""
-        columns = tuple(ColumnSpec.from_record(c) for c in data[wire.CATALOG_COLUMNS])
-        return cls(int(data[wire.CATALOG_OID]), data[wire.CATALOG_SCHEMA],
-                   data[wire.CATALOG_NAME], data[wire.CATALOG_VERSION],
-                   int(data.get(wire.CATALOG_LSN, 0)), data.get(wire.CATALOG_TOPIC, ""), columns,
+        """A ``_catalog`` record as a dict: a table version's ``to_dict``, read back by the
+        builder's own :func:`~snapshot_builder.catalog.table_from_dict` (its version taken
+        as published, as the history's replay takes it), extended with ``lsn``, ``topic``
+        and the writer schema (core/wire.py)."""
+        return cls(table_from_dict(data, verify=False), int(data.get(wire.CATALOG_LSN, 0)),
+                   data.get(wire.CATALOG_TOPIC, ""),
                    data.get(wire.CATALOG_VALUE_FORMAT, wire.FORMAT_JSON),
                    data.get(wire.CATALOG_VALUE_SCHEMA),
-                   data.get(wire.CATALOG_REPLICA_IDENTITY),
                    data.get(wire.CATALOG_AVRO_TYPES, wire.AVRO_TYPES_TEXT))
-
-
-class CatalogLog:
-    """Every published table version, by OID and version."""
-
-    def __init__(self, specs: list[TableSpec]) -> None:
-        self._versions: dict[tuple[int, str], TableSpec] = {}
-        self._by_oid: dict[int, list[TableSpec]] = {}
-        for spec in specs:
-            if (spec.oid, spec.version) not in self._versions:
-                self._versions[(spec.oid, spec.version)] = spec
-                self._by_oid.setdefault(spec.oid, []).append(spec)
-        for versions in self._by_oid.values():
-            versions.sort(key=lambda s: s.lsn)
-            _borrow_identities(versions)
-        for oid, version in list(self._versions):
-            self._versions[(oid, version)] = next(
-                s for s in self._by_oid[oid] if s.version == version)
-
-    def version(self, oid: int, version: str) -> TableSpec | None:
-        return self._versions.get((oid, version))
-
-    def by_version(self, version: str) -> TableSpec | None:
-        """Any table's spec with this version: equal versions have equal writer schemas."""
-        return next((s for (_, v), s in self._versions.items() if v == version), None)
-
-    def latest(self, oid: int) -> TableSpec:
-        return self._by_oid[oid][-1]
-
-    def versions(self, oid: int) -> list[TableSpec]:
-        """Every version of one table, oldest first."""
-        return list(self._by_oid.get(oid, []))
-
-    def tables(self) -> list[TableSpec]:
-        """The newest version of every table."""
-        return [versions[-1] for versions in self._by_oid.values()]
-
-    def __len__(self) -> int:
-        return len(self._versions)
-
-
-def _borrow_identities(versions: list[TableSpec]) -> None:
-    """A version described by a Relation message (no attnums) takes the attnums of a
-    captured version with the same layout (the part of the version before the dot):
-    same columns, types and order, so the same columns."""
-    captured = {v.version.split(".")[0]: v for v in versions
-                if all(c.attnum is not None for c in v.columns) and v.columns}
-    for i, spec in enumerate(versions):
-        donor = captured.get(spec.version.split(".")[0])
-        if donor is None or any(c.attnum is not None for c in spec.columns) \
-                or [c.name for c in donor.columns] != [c.name for c in spec.columns]:
-            continue
-        columns = tuple(dataclasses.replace(c, attnum=d.attnum)
-                        for c, d in zip(spec.columns, donor.columns, strict=True))
-        versions[i] = dataclasses.replace(spec, columns=columns)
 
 
 def retyped_versions(spec: TableSpec, versions: list[TableSpec]) -> dict[str, list[str]]:

@@ -36,7 +36,7 @@ def _newer(left: str, right: str) -> str:
 
 
 def _keys_only(spec: TableSpec) -> TableSpec:
-    return dataclasses.replace(spec, columns=spec.key_columns)
+    return dataclasses.replace(spec, only_keys=True)
 
 
 def drop_superseded(spark: Any, latest: Any, spec: TableSpec, path: str,

@@ -331,7 +331,7 @@ def _array_elements(name: str, base: str, lake: list[Any]) -> bool:
             if pg_value is not lake_value:
                 return False
             continue
-        element = ColumnSpec("e", base, -1, False)
+        element = ColumnSpec.of_type(base, name="e")
         lake_text = lake_value if isinstance(lake_value, str) else json.dumps(lake_value)
         if base == "bytea":  # base64 in JSON, hex from PostgreSQL
             lake_text = base64.b64decode(lake_text).hex()
@@ -361,7 +361,7 @@ def _load_elements(conn: Conn, spec_columns: list[ColumnSpec], row_id: int) -> N
         is_array = column.type_name.startswith("_") or column.type_name.startswith("public._")
         if not is_array or not _by_element(base):
             continue
-        element = ColumnSpec("e", base, -1, False)
+        element = ColumnSpec.of_type(base, name="e")
         query = sql.SQL("SELECT {} FROM (SELECT unnest({}) AS e FROM everything WHERE id = {}) x"
                         ).format(_pg_expr(element), sql.Identifier(column.name),
                                  sql.Literal(row_id))

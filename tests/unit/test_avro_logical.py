@@ -302,7 +302,8 @@ def test_the_spark_job_refuses_typed_records_before_applying_them() -> None:
     version's schema uses, and the job stops on it with the cause and the fix."""
     from core.wire import catalog_topic
     from streaming.apply import CatalogMismatchError, parse_envelopes
-    from streaming.schema import CatalogLog, TableSpec
+    from streaming.catalog import CatalogLog
+    from streaming.schema import TableSpec
 
     _, logical = _encoder()
     record = dict(TABLE.to_dict(), lsn=1, topic=catalog_topic("p"), value_format="avro",

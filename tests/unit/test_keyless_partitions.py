@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from core.wire import topic_name
+from snapshot_builder.catalog import Column, TableVersion
 from streaming.multiset import KeylessPartitionsError, check_one_partition
-from streaming.schema import ColumnSpec, TableSpec
+from streaming.schema import TableSpec
 
 
 def _spec(oid: int, name: str, identity: str, key: bool) -> TableSpec:
-    return TableSpec(oid, "public", name, "v", 0, "t", (ColumnSpec("a", "int4", -1, key),),
-                     replica_identity=identity)
+    return TableSpec(TableVersion(oid, "public", name, identity,
+                                  (Column("a", 23, "int4", -1, key),)), 0, "t")
 
 
 def test_only_keyless_tables_of_several_partitions_are_refused() -> None:

@@ -11,7 +11,7 @@ import pytest
 from snapshot_builder.catalog import Column, TableVersion
 from snapshot_builder.history import Change, DropTable, Entry, PutTable
 from streaming.apply import table_path
-from streaming.catalog import LakeCatalog, replay
+from streaming.catalog import CatalogLog, LakeCatalog, replay
 from streaming.ownership import (
     LakeOwnerError,
     Move,
@@ -21,7 +21,6 @@ from streaming.ownership import (
     plan_moves,
     replaces,
 )
-from streaming.schema import CatalogLog
 
 LAKE = "file:/lake"
 OID, OTHER = 16400, 16500

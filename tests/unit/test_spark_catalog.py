@@ -21,9 +21,9 @@ from snapshot_builder.history import (
     PutType,
 )
 from streaming.apply import TableBatch, _lives
-from streaming.catalog import LakeCatalog, replay
+from streaming.catalog import CatalogLog, LakeCatalog, replay
 from streaming.ownership import LakeOwnerError, replaces
-from streaming.schema import CatalogLog, TableSpec
+from streaming.schema import TableSpec
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 TOPIC_GOLDEN = GOLDEN / "catalog_topic" / "catalog_history.jsonl"

@@ -8,7 +8,8 @@ import pytest
 
 from decoder import values
 from snapshot_builder.catalog import Column, TableVersion, table_from_dict, with_base_types
-from streaming.schema import CatalogLog, ColumnSpec, TableSpec
+from streaming.catalog import CatalogLog
+from streaming.schema import ColumnSpec, TableSpec
 
 
 @pytest.mark.parametrize(("type_name", "typmod", "spark"), [
@@ -24,22 +25,61 @@ from streaming.schema import CatalogLog, ColumnSpec, TableSpec
     ("public.mood", -1, "string"),
 ])
 def test_spark_types(type_name: str, typmod: int, spark: str) -> None:
-    assert ColumnSpec("c", type_name, typmod, False).spark_type == spark
+    assert ColumnSpec.of_type(type_name, typmod).spark_type == spark
 
 
-def _spec(oid: int, version: str, lsn: int) -> str:
-    return json.dumps({"oid": oid, "schema": "s", "name": "t", "version": version, "lsn": lsn,
-                       "columns": [{"name": "id", "type_name": "int4", "typmod": -1,
-                                    "key": True}]})
+def _version(oid: int, *names: str, attnums: bool = False) -> TableVersion:
+    return TableVersion(oid, "s", "t", "d", tuple(
+        Column(n, values.INT4, "int4", -1, i == 0, attnum=i + 1 if attnums else None)
+        for i, n in enumerate(names)))
+
+
+def _record(table: TableVersion, lsn: int) -> str:
+    """A ``_catalog`` record (sinks/kafka.py catalog_record)."""
+    return json.dumps(dict(table.to_dict(), lsn=lsn, topic="x"))
 
 
 def test_catalog_log_lookup_and_latest() -> None:
-    raw = [_spec(1, "b", 20), _spec(1, "a", 10), _spec(1, "a", 30), _spec(2, "x", 5)]
+    a, b, x = _version(1, "id"), _version(1, "id", "b"), _version(2, "id")
+    raw = [_record(b, 20), _record(a, 10), _record(a, 30), _record(x, 5)]
     log = CatalogLog([TableSpec.from_json(r) for r in raw])
     assert len(log) == 3
-    assert log.latest(1).version == "b"
-    assert log.version(1, "a") is not None and log.version(1, "zz") is None
+    assert log.latest(1).version == b.version  # by published LSN, not by topic order
+    assert [(s.version, s.lsn) for s in log.versions(1)] == [(a.version, 10), (b.version, 20)]
+    assert log.version(1, a.version) is not None and log.version(1, "zz") is None
+    assert log.born(1) == 10 and log.born(2) == 5 and log.born(3) is None
     assert sorted(t.oid for t in log.tables()) == [1, 2]
+    # the order is the records' own history's: one put_table per version, at its LSN
+    assert [(e.lsn, e.change.table.version) for e in log.history.entries()  # type: ignore[union-attr]
+            ] == [(5, x.version), (10, a.version), (20, b.version)]
+
+
+def test_a_spec_is_the_builders_table_version() -> None:
+    table = _version(1, "id", "b", attnums=True)
+    spec = TableSpec.from_json(_record(table, 7))
+    assert spec.table == table and spec.table.version == table.version
+    assert (spec.oid, spec.schema, spec.name, spec.qualified_name, spec.replica_identity) \
+        == (1, "s", "t", "s.t", "d")
+    assert [c.column for c in spec.columns] == list(table.columns)
+    assert [c.name for c in spec.key_columns] == ["id"] and [c.attnum for c in spec.columns] \
+        == [1, 2]
+    assert (spec.lsn, spec.topic) == (7, "x")
+
+
+def test_relation_versions_borrow_the_identities_of_a_captured_layout() -> None:
+    """A version a Relation message described (no attnums) takes the attnums of a captured
+    version with the same columns; its own version is kept.  Another layout borrows none."""
+    captured, described = _version(1, "id", "b", attnums=True), _version(1, "id", "b")
+    other = _version(1, "id", "c")
+    assert captured.layout == described.layout and captured.version != described.version
+    log = CatalogLog([TableSpec.from_json(_record(t, lsn))
+                      for t, lsn in ((captured, 10), (described, 20), (other, 30))])
+    borrowed = log.version(1, described.version)
+    assert borrowed is not None and borrowed.version == described.version
+    assert [c.attnum for c in borrowed.columns] == [1, 2]
+    assert borrowed.table == described  # the builder's version, unchanged
+    assert [c.attnum for c in log.versions(1)[1].columns] == [1, 2]
+    assert [c.attnum for c in log.latest(1).columns] == [None, None]
 
 
 # --- domains: the base type a published column record names (issue 15, point 7) -------------
@@ -72,9 +112,10 @@ def test_a_domain_lands_as_its_base_type() -> None:
 
 
 def test_old_records_without_base_types_still_read() -> None:
-    raw = json.dumps({"oid": 1, "schema": "s", "name": "t", "version": "v", "lsn": 1,
-                      "columns": [{"name": "p", "type_name": "public.posint", "typmod": -1,
-                                   "key": True}]})
+    # a record as pgcdc published it before it named base types (no base_type keys)
+    raw = _record(TableVersion(1, "s", "t", "d", (Column("p", POSINT, "public.posint", -1,
+                                                         True),)), 1)
+    assert "base_type" not in raw
     (column,) = TableSpec.from_json(raw).columns
     assert (column.base_type, column.spark_type) == (None, "string")
 
@@ -100,7 +141,7 @@ def test_base_types_are_not_part_of_the_version() -> None:
 ])
 def test_which_values_a_typed_column_cannot_hold(type_name: str, typmod: int,
                                                  lossy: bool) -> None:
-    entry = ColumnSpec("c", type_name, typmod, False).untyped("t")
+    entry = ColumnSpec.of_type(type_name, typmod).untyped("t")
     assert (entry is not None) == lossy
     if entry is not None:
         assert entry.startswith("CASE WHEN t IS NOT NULL AND (") and entry.endswith("THEN t END")

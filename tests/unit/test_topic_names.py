@@ -67,11 +67,12 @@ def test_the_pattern_matches_no_topic_of_the_catalog() -> None:
 
 def test_lake_tables_are_one_folder_per_name() -> None:
     """The lake's folders follow the topics' names: no two tables share one."""
+    from snapshot_builder.catalog import TableVersion
     from streaming.apply import table_path
     from streaming.schema import TableSpec
 
     def path(schema: str, name: str) -> str:
-        return table_path("file:///lake/", TableSpec(1, schema, name, "v", 0, "", ()))
+        return table_path("file:///lake/", TableSpec(TableVersion(1, schema, name, "d", ())))
 
     assert path("public", "orders") == "file:///lake/public.orders"  # as before
     names = [("public", "orders dot"), ("public", "orders_dot"), ("public", "orders.dot"),
