@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from decoder.replication import SESSION_SETTINGS
+from streaming import sql_text
 from streaming.apply import table_path
 from streaming.evolution import quote
 from streaming.schema import TEXT, ColumnSpec, TableSpec
@@ -109,11 +110,7 @@ def _lake_expr(column: ColumnSpec) -> str:
         typed = f"CAST({name} AS STRING)"
     if column.untyped(name) is None:
         return typed
-    return f"coalesce({typed}, {TEXT}[{_literal(column.name)}])"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return f"coalesce({typed}, {TEXT}[{sql_text.literal(column.name)}])"
 
 
 # the columns of a table whose values are composites or arrays (through domains)

@@ -51,7 +51,7 @@ from core.wire import (
     catalog_history_topic,
     table_name,
 )
-from streaming import ownership, typed_avro
+from streaming import ownership, sql_text, typed_avro
 from streaming.catalog import CatalogLog, LakeCatalog
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
@@ -237,7 +237,7 @@ def avro_envelope(spec: TableSpec) -> tuple[str, list[str]]:
 
     def as_map(side: str) -> str:
         pairs = avro_texts(fields, f"e.{side}", typed=typed)
-        names = ", ".join(_literal(name) for name, _ in pairs)
+        names = ", ".join(sql_text.literal(name) for name, _ in pairs)
         texts = ", ".join(text for _, text in pairs)
         return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "
                 f"map_from_arrays(array({names}), array({texts})) END AS {side}")
@@ -298,25 +298,12 @@ def _cast(column: ColumnSpec, text: str, stale: list[str]) -> str:
     spark_type = column.spark_type
     lenient = (f"try_cast({text} AS {spark_type})" if spark_type in _LENIENT
                or spark_type.startswith("decimal") else f"CAST(NULL AS {spark_type})")
-    versions = ", ".join(_literal(v) for v in stale)
+    versions = ", ".join(sql_text.literal(v) for v in stale)
     return f"CASE WHEN source.table_version IN ({versions}) THEN {lenient} ELSE {strict} END"
 
 
 # Spark types a try_cast from PostgreSQL's text of another type gives exactly or as NULL
 _LENIENT = frozenset({"string", "boolean", "smallint", "int", "bigint", "float", "double"})
-
-
-def _value(side: str, name: str, renames: dict[str, dict[str, str | None]]) -> str:
-    """The text of column ``name`` in ``before`` or ``after``, under the name the event's
-    version gave it."""
-    current = f"{side}[{_literal(name)}]"
-    if name not in renames:
-        return current
-    cases = " ".join(
-        f"WHEN {_literal(version)} THEN "
-        + (f"{side}[{_literal(old)}]" if old is not None else "CAST(NULL AS STRING)")
-        for version, old in renames[name].items())
-    return f"CASE source.table_version {cases} ELSE {current} END"
 
 
 def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
@@ -331,7 +318,7 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
     keys = {c.name for c in spec.key_columns}
 
     def value(side: str, name: str) -> str:
-        return _value(side, name, renames)
+        return sql_text.column_text(side, name, renames)
 
     exprs = []
     untyped: list[tuple[str, str]] = []  # (column, its text where its typed value is NULL)
@@ -344,12 +331,13 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
         entry = column.untyped(text)
         if entry is not None:
             untyped.append((column.name, entry))
-    exprs.append(f"{_text_map(untyped)} AS {TEXT}")
+    exprs.append(f"{sql_text.text_map(untyped)} AS {TEXT}")
     unchanged = "coalesce(unchanged, array())"
     if renames:  # an unchanged TOASTed column is named as its event's version names it
         cases = " ".join(
-            f"WHEN source.table_version = {_literal(version)} AND u = {_literal(old)} "
-            f"THEN {_literal(name)}"
+            f"WHEN source.table_version = {sql_text.literal(version)} "
+            f"AND u = {sql_text.literal(old)} "
+            f"THEN {sql_text.literal(name)}"
             for name, by_version in renames.items() for version, old in by_version.items()
             if old is not None)
         if cases:
@@ -366,16 +354,6 @@ def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None)
 _EMPTY = f"CAST(map() AS {TEXT_TYPE})"
 
 
-def _text_map(entries: list[tuple[str, str]]) -> str:
-    """The :data:`~streaming.schema.TEXT` map of a row: each column whose entry is not NULL;
-    NULL when there is none."""
-    if not entries:
-        return f"CAST(NULL AS {TEXT_TYPE})"
-    pairs = ", ".join(f"{_literal(name)}, {entry}" for name, entry in entries)
-    return (f"CASE WHEN coalesce({', '.join(e for _, e in entries)}) IS NULL THEN NULL "
-            f"ELSE map_filter(map({pairs}), (k, v) -> v IS NOT NULL) END")
-
-
 def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
     """A delete of the old key of every update that changed its table's key, in the shape
     of :func:`shape`, at the update's own position: the row leaves its old key, and a change
@@ -388,7 +366,7 @@ def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = 
     keys = spec.key_columns
 
     def value(side: str, name: str) -> str:
-        return _value(side, name, renames)
+        return sql_text.column_text(side, name, renames)
 
     changed = " OR ".join(
         f"({value('before', k.name)} IS NOT NULL "
@@ -401,15 +379,6 @@ def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = 
               "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
     return events.where(f"source.table_oid = {spec.oid} AND op = 'u' AND before IS NOT NULL "
                         f"AND ({changed or 'false'})").selectExpr(*exprs)
-
-
-def _position(lsn: int, ordinal: int, op: str) -> str:
-    """A predicate: the row's (commit_lsn, ordinal) compares ``op`` to the given one."""
-    return f"{COMMIT_LSN} {op} {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} {op} {ordinal})"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def latest_per_key(rows: Any, spec: TableSpec) -> Any:
@@ -437,7 +406,7 @@ def truncated_at(spark: Any, path: str) -> tuple[int, int] | None:
     return int(lsn), int(ordinal)
 
 
-def _record_truncate(spark: Any, path: str, position: tuple[int, int]) -> None:
+def record_truncate(spark: Any, path: str, position: tuple[int, int]) -> None:
     """The table-level tombstone: no change older than this truncate is applied again."""
     spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
               f"('{TRUNCATED_PROPERTY}' = '{position[0]}/{position[1]}')")
@@ -488,16 +457,16 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         position = (int(truncate[0]), int(truncate[1]))
         if floor_at is None or position > floor_at:
             # recorded first: should the delete or the MERGE fail, the replay still knows
-            _record_truncate(spark, path, position)
+            record_truncate(spark, path, position)
             floor_at = position
-        target.delete(_position(*position, "<"))
+        target.delete(sql_text.position(*position, "<"))
     if floor_at is not None:  # a change older than the newest truncate never comes back
-        rows = rows.where(_position(*floor_at, ">"))
+        rows = rows.where(sql_text.position(*floor_at, ">"))
     changes = rows.where("_op != 't'")
     if ops is None or "u" in ops:  # an update may have moved its row to another key
         moved = moved_keys(events, spec, versions)
         if floor_at is not None:
-            moved = moved.where(_position(*floor_at, ">"))
+            moved = moved.where(sql_text.position(*floor_at, ">"))
         changes = changes.unionByName(moved)
     latest = latest_per_key(changes, spec).persist()
     try:
@@ -510,20 +479,20 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         if stats.changes == 0:
             if changelog:
                 with step("changelog"):
-                    _append_changelog(applied_rows, path, idempotence)
+                    append_changelog(applied_rows, path, idempotence)
             return 0
         with step("tombstones read"):
             source = drop_superseded(spark, latest, spec, path, versions, stats.bounds)
         merge = _merge(target, source, spec, stats.bounds, insert_only=ops is not None
                        and ops <= INSERT_ONLY_OPS)
-        with step("merge"), _idempotent_write(spark, idempotence):
+        with step("merge"), idempotent_write(spark, idempotence):
             metrics = merge.execute().collect()
         if stats.deletes:
             with step("tombstones write"):
                 record_deletes(spark, source, spec, path, idempotence)  # after the MERGE
         if changelog:
             with step("changelog"):
-                _append_changelog(applied_rows, path, idempotence)
+                append_changelog(applied_rows, path, idempotence)
         # rows the MERGE inserted, updated or deleted; none when Delta skipped the batch as
         # already committed (txnAppId / txnVersion)
         return int(metrics[0]["num_affected_rows"]) if metrics else 0
@@ -570,8 +539,8 @@ def _batch_stats(latest: Any, spec: TableSpec) -> _Stats:
     bounds = None
     if ranged and row["k"] == row["n"] and row["n"] > 0:
         assert column is not None
-        bounds = (column.name, _sql_value(row["lo"], column.spark_type),
-                  _sql_value(row["hi"], column.spark_type))
+        bounds = (column.name, sql_text.sql_value(row["lo"], column.spark_type),
+                  sql_text.sql_value(row["hi"], column.spark_type))
     return _Stats(int(row["n"]), int(row["d"]), bounds)
 
 
@@ -606,7 +575,8 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
     found: dict[int, tuple[str, str, str] | None] = {spec.oid: None for spec, _ in tables}
     if not chosen:
         return found
-    lookup = ", ".join(f"{_literal(v)}, {_literal(n)}" for v, n in sorted(names.items()))
+    lookup = ", ".join(f"{sql_text.literal(v)}, {sql_text.literal(n)}"
+                       for v, n in sorted(names.items()))
     oids = ", ".join(str(oid) for oid in sorted(chosen))
     keyed = events.where(f"op != 't' AND source.table_oid IN ({oids})").selectExpr(
         "source.table_oid AS oid",
@@ -615,7 +585,7 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
         "oid", "coalesce(after[_name], before[_name]) AS k", "before[_name] AS b")
     aggregates = ["count(*) AS n"]
     # a date key as the apply reads it (a BC date, a year past 9999: ColumnSpec.cast), in
-    # days since 1970 (see _sql_value); only for tables keyed by a date, where it converts
+    # days since 1970 (see sql_text.sql_value); only for tables keyed by a date, where it converts
     dated = ", ".join(str(oid) for oid, (kind, _) in chosen.items() if kind == "d") or "NULL"
     as_date = ColumnSpec.of_type("date")
     for kind, spark_type in (("i", "bigint"), ("s", "string"), ("d", "date")):
@@ -630,22 +600,9 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
         kind, column = chosen[int(row["oid"])]
         if row["n"] > 0 and row[f"z{kind}"] == 0:
             found[int(row["oid"])] = (column.name,
-                                      _sql_value(row[f"lo{kind}"], column.spark_type),
-                                      _sql_value(row[f"hi{kind}"], column.spark_type))
+                                      sql_text.sql_value(row[f"lo{kind}"], column.spark_type),
+                                      sql_text.sql_value(row[f"hi{kind}"], column.spark_type))
     return found
-
-
-def _sql_value(value: Any, spark_type: str) -> str:
-    """A literal of ``value`` collected from a column of ``spark_type``; a date is collected
-    as its days since 1970 (``unix_date``): Python's dates end at year 9999 and begin at 1,
-    PostgreSQL's and Spark's do not."""
-    if spark_type == "string":
-        return _literal(str(value))
-    if spark_type == "date":
-        return f"date_from_unix_date({int(value)})"
-    if spark_type.startswith("decimal"):
-        return f"CAST('{value}' AS {spark_type})"
-    return str(int(value))
 
 
 def key_range(bounds: tuple[str, str, str] | None, alias: str | None = None) -> str | None:
@@ -674,7 +631,7 @@ def _merge(target: Any, source: Any, spec: TableSpec, bounds: tuple[str, str, st
     merge = target.alias("t").merge(source.alias("s"), on)
     if not insert_only:
         update = {
-            quote(n): f"CASE WHEN array_contains(s._unchanged, {_literal(n)}) "
+            quote(n): f"CASE WHEN array_contains(s._unchanged, {sql_text.literal(n)}) "
                       f"THEN t.{quote(n)} ELSE s.{quote(n)} END"
             for n in names
         }
@@ -690,7 +647,7 @@ def _merge(target: Any, source: Any, spec: TableSpec, bounds: tuple[str, str, st
     return merge.whenNotMatchedInsert(condition="s._op != 'd'", values=insert)
 
 
-def _append_changelog(rows: Any, path: str, idempotence: tuple[str, int] | None) -> None:
+def append_changelog(rows: Any, path: str, idempotence: tuple[str, int] | None) -> None:
     """Every event of the batch, in order, appended to ``<table>__changelog`` (history, audit)."""
     writer = rows.withColumnRenamed("_op", "_pgcdc_op").write.format("delta").mode("append")\
         .option("mergeSchema", "true")
@@ -700,7 +657,7 @@ def _append_changelog(rows: Any, path: str, idempotence: tuple[str, int] | None)
 
 
 @contextmanager
-def _idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterator[None]:
+def idempotent_write(spark: Any, idempotence: tuple[str, int] | None) -> Iterator[None]:
     """Delta skips a write whose (txnAppId, txnVersion) the table already committed."""
     if idempotence is None:
         yield
@@ -768,7 +725,7 @@ APPLY_THREADS = 4
 def _workers(spark: Any, count: int) -> queue.SimpleQueue[Any]:
     """``count`` sessions of ``spark``'s context, kept for the next batches.  Each table is
     applied in one of them: the session conf that carries Delta's idempotent-write ids
-    (:func:`_idempotent_write`) is per session, so a MERGE never commits with another
+    (:func:`idempotent_write`) is per session, so a MERGE never commits with another
     thread's ids, and a table created meanwhile never records them."""
     pool: queue.SimpleQueue[Any] | None = getattr(spark, "_pgcdc_workers", None)
     if pool is None:

@@ -87,7 +87,7 @@ from sinks.envelope import text_of
 from sinks.null import NullSink
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.row_decoders import RowDecoderFactory
-from streaming import multiset
+from streaming import multiset, sql_text
 from streaming.apply import META_COLUMNS, shape, table_path
 from streaming.evolution import evolve, quote, set_properties, table_exists
 from streaming.ownership import owner
@@ -180,10 +180,6 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
                     rows += 1
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec) -> Any:
     """The chunks' rows as the stream's envelopes (streaming/apply.py parse_envelopes'
     shape): op ``r``, ``after`` a map of each value's text built as its Avro decoding builds
@@ -205,16 +201,18 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     rows = spark.createDataFrame(rdd, schema, verifySchema=False)  # typed by read_chunk
     texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
              for f, k in zip(fields, kinds, strict=True)]
-    names = ", ".join(_literal(c.name) for c in table.columns)
+    names = ", ".join(sql_text.literal(c.name) for c in table.columns)
     after = (f"map_from_arrays(array({names}), array({', '.join(texts)}))" if fields
              else "CAST(map() AS MAP<STRING, STRING>)")
     return rows.selectExpr(
         "'r' AS op", "CAST(NULL AS MAP<STRING, STRING>) AS before", f"{after} AS after",
         "CAST(array() AS ARRAY<STRING>) AS unchanged",
         f"named_struct('commit_lsn', CAST({setup.load_lsn} AS BIGINT), 'ordinal', _ordinal, "
-        f"'table_oid', CAST({spec.oid} AS BIGINT), 'table_version', {_literal(spec.version)}, "
-        f"'schema', {_literal(spec.schema)}, 'table', {_literal(spec.name)}) AS source",
-        f"{_literal(spec.version)} AS _version")
+        f"'table_oid', CAST({spec.oid} AS BIGINT), "
+        f"'table_version', {sql_text.literal(spec.version)}, "
+        f"'schema', {sql_text.literal(spec.schema)}, "
+        f"'table', {sql_text.literal(spec.name)}) AS source",
+        f"{sql_text.literal(spec.version)} AS _version")
 
 
 def lake_rows(events: Any, spec: TableSpec) -> Any:
@@ -225,7 +223,7 @@ def lake_rows(events: Any, spec: TableSpec) -> Any:
     rows = shape(events, spec).select(*columns, COMMIT_LSN, ORDINAL, TEXT)
     if not multiset.keyless(spec):
         return rows
-    content = columns + [f"{TEXT}[{_literal(c.name)}]" for c in spec.columns
+    content = columns + [f"{TEXT}[{sql_text.literal(c.name)}]" for c in spec.columns
                          if c.untyped("x") is not None]
     return rows.selectExpr(
         "*", f"CAST(row_number() OVER (PARTITION BY {', '.join(content)} ORDER BY {ORDINAL}) "
@@ -365,7 +363,7 @@ def _written(spark: Any, path: str, mark: str) -> int | None:
     from delta.tables import DeltaTable
 
     found = DeltaTable.forPath(spark, path).history().where(
-        f"userMetadata = {_literal(mark)}").select("operationMetrics").collect()
+        f"userMetadata = {sql_text.literal(mark)}").select("operationMetrics").collect()
     if not found:
         return None
     return int((found[0]["operationMetrics"] or {}).get("numOutputRows", 0))

@@ -73,17 +73,13 @@ from typing import Any
 
 from core.errors import TerminalError
 from core.wire import topic_name
+from streaming import sql_text
 from streaming.apply import (
     Steps,
-    _append_changelog,
-    _idempotent_write,
-    _literal,
-    _position,
-    _record_truncate,
-    _sql_value,
-    _text_map,
-    _value,
+    append_changelog,
+    idempotent_write,
     key_range,
+    record_truncate,
     shape,
     table_path,
 )
@@ -297,7 +293,7 @@ def _contents(spec: TableSpec) -> list[tuple[str, str, str]]:
     for i, column in enumerate(spec.columns):
         out.append((_content(i), quote(column.name), column.name))
         if column.untyped("x") is not None:
-            out.append((_untyped(i), f"{TEXT}[{_literal(column.name)}]", column.name))
+            out.append((_untyped(i), f"{TEXT}[{sql_text.literal(column.name)}]", column.name))
     return out
 
 
@@ -308,8 +304,8 @@ def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | Non
     renames = renamed_names(spec, versions or [])
     unchanged = "coalesce(unchanged, array())"
     cases = " ".join(
-        f"WHEN source.table_version = {_literal(version)} AND u = {_literal(old)} "
-        f"THEN {_literal(name)}"
+        f"WHEN source.table_version = {sql_text.literal(version)} AND u = {sql_text.literal(old)} "
+        f"THEN {sql_text.literal(name)}"
         for name, by_version in renames.items() for version, old in by_version.items()
         if old is not None)
     if cases:  # an unchanged TOASTed column is named as its event's version names it
@@ -317,14 +313,14 @@ def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | Non
     before: list[str] = []
     after: list[str] = []
     for i, column in enumerate(spec.columns):
-        old = _value("before", column.name, renames)
-        new = (f"CASE WHEN array_contains({unchanged}, {_literal(column.name)}) THEN {old} "
-               f"ELSE {_value('after', column.name, renames)} END")
+        old = sql_text.column_text("before", column.name, renames)
+        new = (f"CASE WHEN array_contains({unchanged}, {sql_text.literal(column.name)}) THEN {old} "
+               f"ELSE {sql_text.column_text('after', column.name, renames)} END")
         for image, text in ((before, old), (after, new)):
-            image.append(f"{_literal(_content(i))}, {column.cast(text)}")
+            image.append(f"{sql_text.literal(_content(i))}, {column.cast(text)}")
             untyped = column.untyped(text)
             if untyped is not None:
-                image.append(f"{_literal(_untyped(i))}, {untyped}")
+                image.append(f"{sql_text.literal(_untyped(i))}, {untyped}")
     return events.where(f"source.table_oid = {spec.oid}").selectExpr(
         "op AS _op", f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
         "(op IN ('u', 'd') AND before IS NULL) AS _blind",
@@ -420,8 +416,9 @@ def _merge(target: Any, source: Any, spec: TableSpec,
     values = {quote(c.name): f"s.{_content(i)}" for i, c in enumerate(spec.columns)}
     values.update({COMMIT_LSN: f"s.{COMMIT_LSN}", ORDINAL: f"s.{ORDINAL}",
                    OCCURRENCE: "s._occurrence",
-                   TEXT: _text_map([(column, f"s.{name}") for name, _, column in _contents(spec)
-                                    if name.startswith("_u")])})
+                   TEXT: sql_text.text_map([(column, f"s.{name}")
+                                             for name, _, column in _contents(spec)
+                                             if name.startswith("_u")])})
     return target.alias("t").merge(source.alias("s"), on).whenMatchedDelete()\
         .whenNotMatchedInsert(condition="s._kind = 'i'", values=values)
 
@@ -450,8 +447,8 @@ def _bounds(spec: TableSpec, found: Any) -> tuple[str, str, str] | None:
     if "lo" not in found.asDict() or found["lo"] is None or found["nulls"]:
         return None
     column = spec.columns[0]
-    return (column.name, _sql_value(found["lo"], column.spark_type),
-            _sql_value(found["hi"], column.spark_type))
+    return (column.name, sql_text.sql_value(found["lo"], column.spark_type),
+            sql_text.sql_value(found["hi"], column.spark_type))
 
 
 def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
@@ -472,7 +469,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     floor = max((p for p in (applied, truncated) if p is not None), default=None)
     rows = _signed_images(events, spec, versions)
     if floor is not None:
-        rows = rows.where(_position(*floor, ">"))
+        rows = rows.where(sql_text.position(*floor, ">"))
     # an event sent twice within the batch counts once
     cached = rows = rows.dropDuplicates([COMMIT_LSN, ORDINAL]).persist()
     try:
@@ -495,9 +492,9 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         if found["t"] is not None:
             truncate = newest_truncate = (int(found["t"][0]), int(found["t"][1]))
             if truncated is None or truncate > truncated:
-                _record_truncate(spark, path, truncate)  # first: a retry still knows
-            target.delete(_position(*truncate, "<"))
-            rows = rows.where(_position(*truncate, ">"))
+                record_truncate(spark, path, truncate)  # first: a retry still knows
+            target.delete(sql_text.position(*truncate, "<"))
+            rows = rows.where(sql_text.position(*truncate, ">"))
         if found["reads_from"] is not None:  # a read the lake holds already: a replay
             held = spark.read.format("delta").load(path).where(
                 f"{COMMIT_LSN} BETWEEN {found['reads_from']} AND {found['reads_to']}")\
@@ -514,7 +511,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             bounds = _bounds(spec, found)
             source = _merge_source(spark, path, rows, spec, bounds, loaded,
                                    None if newest_truncate is None else newest_truncate[0])
-            with step("merge"), _idempotent_write(spark, idempotence):
+            with step("merge"), idempotent_write(spark, idempotence):
                 metrics = _merge(target, source, spec, bounds).execute().collect()
             if metrics:
                 affected = int(metrics[0]["num_affected_rows"])
@@ -533,7 +530,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             _APPLIED[path, spec.oid] = (applied, loaded)
         if changelog:
             with step("changelog"):
-                _append_changelog(shape(events, spec, versions), path, idempotence)
+                append_changelog(shape(events, spec, versions), path, idempotence)
         return affected
     finally:
         cached.unpersist()
