@@ -350,7 +350,8 @@ class IncrementalSnapshots:
         first job, maybe halfway) is queued once more, to be read whole after; one still
         waiting its turn reads the new rows anyway.  When its turn comes, the table is found
         by OID (renamed or moved to another schema since: read under its new name); a
-        dropped one ends the job as ``gone``.  ``whole``: read whole even with a key (rows left it unseen), a truncate first."""
+        dropped one ends the job as ``gone``.  ``whole``: read whole even with a key (rows
+        left it unseen), a truncate first."""
         with self._lock:
             waiting = [j for j in self.state.jobs[1:] if j.table == table and j.oid in (None, oid)]
             if not waiting:
