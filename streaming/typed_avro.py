@@ -21,12 +21,26 @@ and a table's lake table is the same, column types and values, whichever mode fe
   ``24:00:00``), the text mode's text of a ``time`` (the lake column is a string);
 * every string (text types, ``uuid``, json/jsonb, enums, unconstrained numeric, money,
   ``interval`` and every other type the typed writer spells): as it is, the text mode's
-  text already.
+  text already;
+* an ``array`` or a ``record`` (arrays, composites, ranges, multiranges, domains over them):
+  the JSON text the text mode's record holds for the value (sinks/envelope.py ``text_of``,
+  Python's ``json`` with ``separators=(",", ":")`` and ``ensure_ascii=False``), built in
+  Spark SQL by :func:`json_text` from the decoded value: ``[...]`` of the elements (nested
+  arrays nested, ``null`` elements kept), ``{"attribute":...}`` of a composite's attributes
+  in the type's order, ``{"lower":...,"upper":...,"lower_inc":...,"upper_inc":...,
+  "empty":...}`` of a range, each element, attribute or bound in its own JSON form: integers
+  and booleans their digits and ``true``/``false``; floats Python's ``repr`` (the shortest
+  digits that read back, ``1e-05``, ``1e+16``, ``NaN``, ``Infinity``); a ``numeric(p,s)``
+  ``str`` of Python's ``Decimal`` (``"1.50"``, ``"1.0E-7"``, ``"0E-8"``); dates, times and
+  timestamps Python's ``isoformat`` (``"2024-02-29T13:14:15.500000+00:00"``) and
+  PostgreSQL's text for what Python cannot hold (``"infinity"``,
+  ``"0044-03-15 12:00:00.5 BC"``, years past 9999); ``bytes`` base64;
+  strings quoted with Python's escapes (a quote, a backslash, ``\\n``, ``\\u001f``); the
+  string types whose text is itself JSON (``xid``, ``xid8``, ``cid``, ``pg_lsn`` numbers;
+  geometric types, ``hstore``, PostGIS objects) as they are.
 
-Not applied yet: a column whose typed Avro is an ``array`` or a ``record`` (arrays,
-composites, ranges, multiranges, and domains over them): the text mode's lake column is
-their JSON text, which Spark does not write alike from the decoded structs.  A version
-with such a column is refused (:func:`refused`) before anything of it is applied.
+A field whose typed Avro this job does not know (a logical type it does not spell) is
+refused (:func:`refused`) before anything of its version is applied.
 """
 
 from __future__ import annotations
@@ -68,7 +82,9 @@ def row_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
 def kind(field: dict[str, Any]) -> str | None:
     """What a Row field holds besides NULL: ``text`` (a primitive cast to its text),
     ``bytes``, ``string``, ``decimal`` (with its NaN branch), ``date``, ``time``,
-    ``timestamp``, ``timestamptz``; None for what is not applied (arrays, records)."""
+    ``timestamp``, ``timestamptz``, ``json`` (an array or a record, spelled as the text
+    mode's JSON by :func:`json_text`); None for what is not applied (a logical type this
+    job does not know, anywhere in the field's type)."""
     branches = value_branches(field["type"])
     if len(branches) == 2:
         first, second = branches
@@ -82,7 +98,14 @@ def kind(field: dict[str, Any]) -> str | None:
     if isinstance(branch, str):
         if branch in _PRIMITIVES:
             return "text"
-        return branch if branch in ("bytes", "string") else None  # else: a named record
+        if branch in ("bytes", "string"):
+            return branch
+    if isinstance(branch, str) or branch.get("type") in ("array", "record"):
+        try:
+            json_text("x", field)
+        except ValueError:
+            return None
+        return "json"
     logical = branch.get("logicalType")
     avro = branch.get("type")
     if avro == "string":
@@ -97,7 +120,7 @@ def kind(field: dict[str, Any]) -> str | None:
         return "timestamptz"
     if avro in _PRIMITIVES and logical is None:
         return "text"
-    return None  # an array, a record, a logical type this job does not know
+    return None  # a logical type this job does not know
 
 
 def refused(spec: TableSpec) -> list[str]:
@@ -122,8 +145,8 @@ def refusal(spec: TableSpec) -> str | None:
         return None
     return (f"table {spec.qualified_name} (version {spec.version}) is typed Avro (pgcdc run "
             f"--avro-types {spec.avro_types}) with column(s) {', '.join(columns)}, whose "
-            "typed Avro is an array or a record, which pgcdc spark does not apply yet "
-            "(issue 17.1): nothing of them was applied; feed the lake from pgcdc run "
+            "typed Avro (a logical type) pgcdc spark does not know: nothing of them was "
+            "applied; feed the lake from pgcdc run "
             "--avro-types text (the default) into another --topic-prefix, and keep the "
             "typed topics for other consumers")
 
@@ -164,6 +187,15 @@ def _clock(micros: str) -> str:
             f"ELSE format_string('.%06d', {micros} % 1000000) END)")
 
 
+def _date_text(ref: str) -> str:
+    """PostgreSQL's text of a (non-null) date's days since 1970 (Python's ``isoformat`` for
+    years 1 to 9999)."""
+    date, bc = _civil(f"CAST({ref} AS INT)")
+    return (f"CASE WHEN {ref} = 2147483647 THEN 'infinity' "
+            f"WHEN {ref} = -2147483648 THEN '-infinity' "
+            f"ELSE concat({date}, CASE WHEN {bc} THEN ' BC' ELSE '' END) END")
+
+
 def text(ref: str, field: dict[str, Any]) -> str:
     """A Spark SQL expression: the text mode's text of the value ``ref`` (a field of the
     struct ``from_avro`` gives with :func:`reader_schema`)."""
@@ -178,12 +210,10 @@ def text(ref: str, field: dict[str, Any]) -> str:
         return f"coalesce(CAST({ref}.member0 AS STRING), {ref}.member1)"
     if found == "time":
         return f"CASE WHEN {ref} IS NOT NULL THEN {_clock(ref)} END"
+    if found == "json":
+        return f"CASE WHEN {ref} IS NOT NULL THEN {json_text(ref, field)} END"
     if found == "date":
-        date, bc = _civil(f"CAST({ref} AS INT)")
-        return (f"CASE WHEN {ref} = 2147483647 THEN 'infinity' "
-                f"WHEN {ref} = -2147483648 THEN '-infinity' "
-                f"WHEN {ref} IS NOT NULL THEN concat({date}, "
-                f"CASE WHEN {bc} THEN ' BC' ELSE '' END) END")
+        return f"CASE WHEN {ref} IS NOT NULL THEN {_date_text(ref)} END"
     if found in ("timestamp", "timestamptz"):
         rest = f"pmod({ref}, {_DAY})"
         date, bc = _civil(f"CAST(({ref} - {rest}) div {_DAY} AS INT)")
@@ -194,3 +224,222 @@ def text(ref: str, field: dict[str, Any]) -> str:
                 f"CASE WHEN {bc} THEN '{zone} BC' ELSE '{zone}' END) END")
     msg = f"column {field.get(wire.COLUMN_ATTRIBUTE)}: typed Avro {field['type']} is not applied"
     raise ValueError(msg)
+
+
+# --- arrays and records: the text mode's JSON text ---------------------------------------------
+
+_NUMBER_STRINGS = {"xid", "xid8", "cid", "pg_lsn"}  # a Python int in the text mode's JSON
+_OBJECT_STRINGS = {"point", "line", "lseg", "box", "path", "polygon", "circle"}
+_OBJECT_EXTENSIONS = {"hstore", "geometry", "geography"}  # named schema.type
+_LONG_MAX, _LONG_MIN = 9223372036854775807, -9223372036854775808
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal of ``value`` (backslashes and quotes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_JACKSON_FRAME = sql_string('^[{]"s":|[}]$')  # to_json(named_struct('s', ...)) less the object
+# Jackson's \u000B ... \u001F (not after an escaped backslash) in Python's lower case
+_UPPER_HEX = tuple((sql_string(r"(?<!\\)((?:\\\\)*)\\u00([01])" + letter),
+                    sql_string(r"$1\\u00$2" + letter.lower())) for letter in "ABCDEF")
+
+
+def json_string(ref: str) -> str:
+    """Spark SQL: the JSON string of the (non-null) string ``ref`` as Python's ``json``
+    writes it with ``ensure_ascii=False``: a quote, a backslash and the control characters
+    escaped (``\\n``, ``\\t``, ... and ``\\u00XX`` with lowercase hex), nothing else.  Spark's
+    ``to_json`` (Jackson) escapes the same characters alike but for the hex digits of
+    ``\\u000B``, ``\\u000E``, ``\\u000F``, ``\\u001A`` to ``\\u001F``, which it writes in
+    upper case: in a string holding one of those, they are put in lower case (where the
+    backslash before them is not itself escaped)."""
+    text = f"regexp_replace(to_json(named_struct('s', {ref})), {_JACKSON_FRAME}, '')"
+    fixed = text
+    for pattern, replacement in _UPPER_HEX:
+        fixed = f"regexp_replace({fixed}, {pattern}, {replacement})"
+    return (f"CASE WHEN {ref} RLIKE '[\\\\x0b\\\\x0e\\\\x0f\\\\x1a-\\\\x1f]' THEN {fixed} "
+            f"ELSE {text} END")
+
+
+def _let(value: str, name: str, body: str) -> str:
+    """``body`` with ``name`` bound to ``value`` (computed once)."""
+    return f"element_at(transform(array({value}), {name} -> {body}), 1)"
+
+
+def float_repr(ref: str, *, single: bool, name: str) -> str:
+    """Spark SQL: Python's ``repr`` of the (non-null) float or double ``ref``, which its
+    ``json`` writes: the shortest digits that read back as the value (for a ``float``, as
+    a float: PostgreSQL's text of a ``real``, which Python reads as a double whose repr has
+    those digits), fixed notation from ``1e-4`` to below ``1e16`` (``100.0``, ``0.0001``),
+    else ``1e-05``, ``1.5e+300`` (the exponent's two digits at least, as Java's ``%e``);
+    ``NaN``, ``Infinity``, ``-Infinity``.
+
+    The digits are the first of Java's ``%.Ne`` (N = 0, 1, ...) that cast back to the
+    value; Java rounds its own shortest digits (``Double.toString``'s), so where Java 17's
+    are not the shortest the rounding is of those, not of the exact binary value.
+    """
+    kind = "FLOAT" if single else "DOUBLE"
+    p, c = f"{name}p", f"{name}c"
+    shortest = (f"element_at(filter(transform(sequence(0, {8 if single else 16}), {p} -> "
+                f"format_string(concat('%.', {p}, 'e'), CAST({ref} AS DOUBLE))), "
+                f"{c} -> CAST({c} AS {kind}) = {ref}), 1)")
+    exponent = f"CAST(substring_index({name}, 'e', -1) AS INT)"
+    fixed = (f"regexp_replace(regexp_replace(CAST(CAST(regexp_replace({name}, '^-', '') AS "
+             f"DECIMAL(38, 21)) AS STRING), '0+$', ''), '[.]$', '.0')")
+    layout = (f"CASE WHEN {exponent} < -4 OR {exponent} >= 16 "
+              f"THEN regexp_replace({name}, '[.]?0+e', 'e') "
+              f"ELSE concat(CASE WHEN {name} LIKE '-%' THEN '-' ELSE '' END, {fixed}) END")
+    return (f"CASE WHEN isnan({ref}) THEN 'NaN' "
+            f"WHEN {ref} = CAST('Infinity' AS {kind}) THEN 'Infinity' "
+            f"WHEN {ref} = CAST('-Infinity' AS {kind}) THEN '-Infinity' "
+            f"ELSE {_let(shortest, name, layout)} END")
+
+
+def decimal_str(ref: str, scale: int, *, name: str) -> str:
+    """Spark SQL: ``str()`` of the Python ``Decimal`` PostgreSQL's text of the (non-null)
+    ``decimal(p, scale)`` ``ref`` reads as (its exponent is ``-scale``): the plain digits,
+    or, below ``1e-6``, scientific notation (``1.0E-7``, ``0E-8``)."""
+    plain = f"CAST({ref} AS STRING)"
+    if scale <= 6:  # Python's adjusted exponent is -scale at least
+        return plain
+    digits = (f"coalesce(nullif(regexp_replace(regexp_replace({name}, '[-.]', ''), '^0+', ''), "
+              f"''), '0')")
+    d = f"{name}d"
+    scientific = (f"concat(CASE WHEN {ref} < 0 THEN '-' ELSE '' END, substr({d}, 1, 1), "
+                  f"CASE WHEN length({d}) > 1 THEN concat('.', substr({d}, 2)) ELSE '' END, "
+                  f"'E', CAST(length({d}) - {1 + scale} AS STRING))")
+    return (f"CASE WHEN {ref} > -0.000001 AND {ref} < 0.000001 "
+            f"THEN {_let(plain, name, _let(digits, d, scientific))} ELSE {plain} END")
+
+
+def _clock_trimmed(micros: str) -> str:
+    """``HH:MM:SS`` and the fraction without its trailing zeros, as PostgreSQL prints it."""
+    return (f"concat(format_string('%02d:%02d:%02d', {micros} div 3600000000, "
+            f"({micros} div 60000000) % 60, ({micros} div 1000000) % 60), "
+            f"regexp_replace(CASE WHEN {micros} % 1000000 = 0 THEN '' "
+            f"ELSE format_string('.%06d', {micros} % 1000000) END, '0+$', ''))")
+
+
+def _iso_timestamp(ref: str, *, utc: bool, name: str) -> str:
+    """Spark SQL: the JSON of a (non-null) timestamp's microseconds as the text mode's is:
+    Python's ``isoformat()`` (``2024-02-29T13:14:15.123456``, ``+00:00`` for a
+    ``timestamptz``) for years 1 to 9999, else PostgreSQL's text (``infinity``,
+    ``0044-03-15 12:00:00.5 BC``, ``10000-01-01 00:00:00``)."""
+    rest, day = f"{name}r", f"{name}d"
+    year = f"year({day})"
+    date = (f"format_string('%04d-%02d-%02d', CASE WHEN {year} <= 0 THEN 1 - {year} "
+            f"ELSE {year} END, month({day}), day({day}))")
+    zone = "+00" if utc else ""
+    body = (f"CASE WHEN {year} BETWEEN 1 AND 9999 THEN concat('\"', {date}, 'T', "
+            f"{_clock(rest)}, '{zone}{':00' if utc else ''}\"') "
+            f"ELSE concat('\"', {date}, ' ', {_clock_trimmed(rest)}, "
+            f"CASE WHEN {year} <= 0 THEN '{zone} BC' ELSE '{zone}' END, '\"') END")
+    days = f"date_from_unix_date(CAST(({ref} - {rest}) div {_DAY} AS INT))"
+    split = _let(f"pmod({ref}, {_DAY})", rest, _let(days, day, body))
+    return (f"CASE WHEN {ref} = {_LONG_MAX} THEN '\"infinity\"' "
+            f"WHEN {ref} = {_LONG_MIN} THEN '\"-infinity\"' ELSE {split} END")
+
+
+class _Json:
+    """The Spark SQL of one field's JSON text, its named types looked up in the field."""
+
+    def __init__(self, avro_type: Any) -> None:
+        self.names: dict[str, dict[str, Any]] = {}
+        self.count = 0
+        self._collect(avro_type, "")
+
+    def _collect(self, node: Any, namespace: str) -> None:
+        if isinstance(node, list):
+            for branch in node:
+                self._collect(branch, namespace)
+        elif isinstance(node, dict):
+            if node.get("type") == "record":
+                namespace = node.get("namespace", namespace)
+                self.names[f"{namespace}.{node['name']}" if namespace else node["name"]] = node
+                self.names.setdefault(node["name"], node)
+                for field in node.get("fields", []):
+                    self._collect(field["type"], namespace)
+            elif node.get("type") == "array":
+                self._collect(node["items"], namespace)
+
+    def _name(self) -> str:
+        self.count += 1
+        return f"_pgcdc_j{self.count}"
+
+    def value(self, ref: str, avro_type: Any) -> str:
+        """The JSON of a slot (``null`` for NULL; a union of several branches is the struct
+        of ``member0``, ``member1`` ... Spark's ``from_avro`` decodes it to)."""
+        branches = value_branches(avro_type)
+        if not branches:
+            return "'null'"
+        if len(branches) == 1:
+            body = self.single(ref, branches[0])
+        else:
+            cases = " ".join(f"WHEN {ref}.member{i} IS NOT NULL THEN "
+                             f"{self.single(f'{ref}.member{i}', b)}"
+                             for i, b in enumerate(branches))
+            body = f"CASE {cases} ELSE 'null' END"
+        return f"CASE WHEN {ref} IS NULL THEN 'null' ELSE {body} END"
+
+    def single(self, ref: str, branch: Any) -> str:
+        """The JSON of a non-null value of one branch."""
+        if isinstance(branch, str):
+            if branch in ("boolean", "int", "long"):
+                return f"CAST({ref} AS STRING)"
+            if branch in ("float", "double"):
+                return float_repr(ref, single=branch == "float", name=self._name())
+            if branch == "bytes":
+                return json_string(f"replace(base64({ref}), concat(chr(13), chr(10)), '')")
+            if branch == "string":
+                return json_string(ref)
+            if branch not in self.names:
+                msg = f"the named type {branch!r} is not defined in the field"
+                raise ValueError(msg)
+            return self.single(ref, self.names[branch])
+        avro, logical = branch.get("type"), branch.get("logicalType")
+        if avro == "array":
+            name = self._name()
+            return (f"concat('[', array_join(transform({ref}, {name} -> "
+                    f"{self.value(name, branch['items'])}), ','), ']')")
+        if avro == "record":
+            parts = []
+            for i, field in enumerate(branch["fields"]):
+                key = json.dumps(field.get("pgcdc.attribute", field["name"]), ensure_ascii=False)
+                parts.append(sql_string(("{" if i == 0 else ",") + key + ":"))
+                parts.append(self.value(f"{ref}.`{field['name']}`", field["type"]))
+            return f"concat({', '.join(parts or [sql_string('{')])}, '}}')"
+        if avro == "bytes" and logical == "decimal":
+            digits = decimal_str(ref, int(branch.get("scale", 0)), name=self._name())
+            return f"concat('\"', {digits}, '\"')"
+        if avro == "string":
+            kind = str(branch.get("pgcdc.type", ""))
+            if logical is None and kind in _NUMBER_STRINGS:
+                return ref
+            if logical is None and (kind in _OBJECT_STRINGS
+                                    or kind.rsplit(".", 1)[-1] in _OBJECT_EXTENSIONS):
+                return f"CASE WHEN {ref} LIKE '{{%' THEN {ref} ELSE {json_string(ref)} END"
+            return json_string(ref)
+        if (avro, logical) == ("int", "date"):
+            return f"concat('\"', {_date_text(ref)}, '\"')"
+        if (avro, logical) == ("long", "time-micros"):
+            return f"concat('\"', {_clock(ref)}, '\"')"
+        if avro == "long" and logical in ("local-timestamp-micros", "timestamp-micros"):
+            return _iso_timestamp(ref, utc=logical == "timestamp-micros", name=self._name())
+        if logical is None and avro in _PRIMITIVES | {"bytes", "string"}:
+            return self.single(ref, avro)
+        msg = f"typed Avro {branch} is not applied"
+        raise ValueError(msg)
+
+
+def json_text(ref: str, field: dict[str, Any]) -> str:
+    """A Spark SQL expression: the text mode's JSON text of the non-null array or record
+    ``ref`` (a field of the struct ``from_avro`` gives with :func:`reader_schema`): what
+    sinks/envelope.py ``text_of`` writes for the value the text mode decodes; raises
+    ``ValueError`` for a type it does not spell."""
+    spelling = _Json(field["type"])
+    branches = value_branches(field["type"])
+    if len(branches) != 1:
+        msg = (f"column {field.get(wire.COLUMN_ATTRIBUTE)}: typed Avro {field['type']} is "
+               "not applied")
+        raise ValueError(msg)
+    return spelling.single(ref, branches[0])

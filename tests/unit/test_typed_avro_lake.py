@@ -1,9 +1,11 @@
 """streaming/typed_avro.py: which typed Avro columns ``pgcdc spark`` applies, the reader
-schema it decodes them with, and the refusal of the rest (pure logic; the values through
-Spark: tests/integration/test_spark_typed_avro.py)."""
+schema it decodes them with, the Spark SQL it spells arrays and records with, and the
+refusal of what it does not know (pure logic; the values through Spark:
+tests/integration/test_spark_typed_avro.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -18,9 +20,10 @@ from tests.unit.test_avro_logical import TABLE, _encoder
 KINDS = {
     "id": "text", "n": "decimal", "n_free": "string", "n_wide": "string", "d": "date",
     "t": "time", "ts": "timestamp", "tstz": "timestamptz", "u": "string", "j": "string",
-    "b": "bytes", "f4": "text", "f8": "text", "ok": "text", "big": "text", "ints": None,
-    "texts": None, "nums": None, "mood": "string", "pt": None, "pts": None, "r": None,
-    "tr": None, "fr": None, "mr": None, "fmr": None, "amount": "decimal", "iv": "string",
+    "b": "bytes", "f4": "text", "f8": "text", "ok": "text", "big": "text", "ints": "json",
+    "texts": "json", "nums": "json", "mood": "string", "pt": "json", "pts": "json",
+    "r": "json", "tr": "json", "fr": "json", "mr": "json", "fmr": "json",
+    "amount": "decimal", "iv": "string",
     "addr": "string", "txt": "string", "Row": "string",
 }
 
@@ -39,18 +42,61 @@ def test_the_kind_of_every_typed_column() -> None:
     assert {f["pgcdc.column"]: typed_avro.kind(f) for f in fields} == KINDS
 
 
-def test_arrays_and_records_are_refused_by_name_and_type() -> None:
+def test_every_column_is_applied() -> None:
     spec = _spec()
-    refused = [c for c, k in KINDS.items() if k is None]
-    assert typed_avro.refused(spec) == [
-        f"{c.name} ({c.type_name})" for c in spec.columns if c.name in refused]
-    message = typed_avro.refusal(spec)
-    assert message is not None
-    assert "public.many" in message and "ints (_int4), texts (_text)" in message
-    assert "--avro-types text" in message and "n (" not in message
-    # a text-mode version is applied whatever its types
+    assert typed_avro.refused(spec) == [] and typed_avro.refusal(spec) is None
     text = TableSpec.from_dict(dict(TABLE.to_dict(), **AvroEncoder().schemas(TABLE)))
     assert typed_avro.refused(text) == [] and typed_avro.refusal(text) is None
+
+
+def _unknown_inside(spec: TableSpec) -> TableSpec:
+    """``spec`` whose ``ints`` elements are of a logical type this job does not know."""
+    assert spec.value_schema is not None
+    schema = json.loads(spec.value_schema)
+    for field in typed_avro.row_fields(schema):
+        if field["pgcdc.column"] == "ints":
+            items = field["type"][1]["items"]
+            items[1] = {"type": "long", "logicalType": "timestamp-nanos"}
+    return dataclasses.replace(spec, value_schema=json.dumps(schema))
+
+
+def test_an_unknown_logical_type_inside_an_array_is_refused_by_name_and_type() -> None:
+    spec = _unknown_inside(_spec())
+    assert typed_avro.refused(spec) == ["ints (_int4)"]
+    message = typed_avro.refusal(spec)
+    assert message is not None
+    assert "public.many" in message and "ints (_int4)" in message
+    assert "--avro-types text" in message and "texts (" not in message
+
+
+def test_arrays_and_records_are_spelled_from_their_own_schema() -> None:
+    spec = _spec()
+    assert spec.value_schema is not None
+    fields = {f["pgcdc.column"]: f for f in typed_avro.row_fields(json.loads(spec.value_schema))}
+    ints = typed_avro.text("e.after.`ints`", fields["ints"])
+    assert ints.startswith("CASE WHEN e.after.`ints` IS NOT NULL THEN concat('[', array_join(")
+    assert ".member0" in ints and ".member1" in ints  # an element or a nested array
+    assert typed_avro.text("e.after.`ints`", fields["ints"]) == ints  # deterministic
+    composite = typed_avro.json_text("e.after.`pt`", fields["pt"])
+    assert """'{"x":'""" in composite and """',"label":'""" in composite
+    assert """',"tags":'""" in composite and "e.after.`pt`.`tags`" in composite
+    ranged = typed_avro.json_text("r", fields["r"])
+    assert """'{"lower":'""" in ranged
+    assert all(f"',\"{name}\":'" in ranged for name in ("upper", "lower_inc", "upper_inc",
+                                                          "empty"))
+    # a record named once and referred to by name below: resolved within the field
+    named = {"name": "x", "pgcdc.column": "x", "type": ["null", {"type": "array", "items": [
+        "null", {"type": "record", "name": "R", "namespace": "ns", "fields": [
+            {"name": "a", "type": ["null", "int"]}]},
+        {"type": "array", "items": ["null", "ns.R"]}]}]}
+    assert typed_avro.kind(named) == "json"
+    assert typed_avro.json_text("c", named).count("""'{"a":'""") == 2
+    dangling = dict(named, type=["null", {"type": "array", "items": ["null", "ns.Other"]}])
+    assert typed_avro.kind(dangling) is None
+
+
+def test_sql_string_literals() -> None:
+    assert typed_avro.sql_string("it's a \\ and \"") == "'it\\'s a \\\\ and \"'"
 
 
 def test_the_reader_schema_reads_dates_and_times_as_numbers() -> None:
