@@ -138,7 +138,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
     names, core/wire.py; ``source`` the fields of :data:`_SOURCE_READ`), whatever its
     format; ``before`` and ``after`` are maps of column name to the value's text (a typed
     Avro version's values spelled as its text mode's records spell them, by
-    streaming/typed_avro.py, which refuses the columns it does not spell yet).
+    streaming/typed_avro.py, which refuses a logical type it does not know).
 
     Avro values are decoded with the writer schema of the version their
     ``pgcdc.table_version`` header names, one version at a time (in the Confluent wire
@@ -177,7 +177,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
             msg = (f"Avro events of table version {version} but the catalog log holds no "
                    "writer schema for it; the catalog topic is incomplete")
             raise CatalogMismatchError(msg)
-        refusal = typed_avro.refusal(spec)  # typed Avro this job does not apply yet
+        refusal = typed_avro.refusal(spec)  # a logical type this job does not know
         if refusal is not None:
             raise CatalogMismatchError(refusal)
         part = rows.where((F.col("_format") == form) & (F.col("_version") == version))

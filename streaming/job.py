@@ -176,14 +176,15 @@ def check_keyless_topics(spark: Any, config: JobConfig, catalog: LakeCatalog) ->
 
 
 class TypedAvroError(TerminalError):
-    """Typed Avro (``pgcdc run --avro-types logical``) this job does not apply yet."""
+    """Typed Avro (``pgcdc run --avro-types logical``) of a logical type this job does not
+    know."""
 
 
 def check_avro_types(catalog: LakeCatalog) -> None:
     """Stop before applying anything if a typed Avro table version (its ``_catalog`` record
-    says ``avro_types: logical``) has a column this job does not apply yet (an array or a
-    record: streaming/typed_avro.py); streaming/apply.py refuses such events again, batch
-    by batch.  Typed versions of the other types are applied."""
+    says ``avro_types: logical``) has a column whose typed Avro is a logical type this job
+    does not know (streaming/typed_avro.py); streaming/apply.py refuses such events again,
+    batch by batch.  Every type pgcdc run writes is applied."""
     refusals = [refusal for oid in sorted({s.oid for s in catalog.log.tables()})
                 for spec in catalog.log.versions(oid)
                 if (refusal := typed_avro.refusal(spec)) is not None]
