@@ -297,17 +297,24 @@ def test_the_compiled_encoder_gives_the_same_bytes() -> None:
         compiled.encode(_event(row), server_name="s", now_ms=7)
 
 
-def test_the_spark_job_refuses_typed_records_before_applying_them() -> None:
-    """pgcdc spark does not apply typed Avro yet: the catalog record says which mode a
-    version's schema uses, and the job stops on it with the cause and the fix."""
+def test_the_spark_job_refuses_an_unknown_logical_type_before_applying_it() -> None:
+    """pgcdc spark applies every typed Avro column pgcdc run writes; a logical type it does
+    not know (a writer schema from another producer) stops the job with the cause and the
+    fix.  The catalog record says which mode a version's schema uses."""
     from core.wire import catalog_topic
     from streaming.apply import CatalogMismatchError, parse_envelopes
     from streaming.catalog import CatalogLog
     from streaming.schema import TableSpec
+    from streaming.typed_avro import refusal
 
     _, logical = _encoder()
+    schemas = AvroEncoder(logical=logical).schemas(TABLE)
+    known = TableSpec.from_dict(dict(TABLE.to_dict(), value_format="avro", **schemas))
+    assert known.avro_types == "logical" and refusal(known) is None
+    schemas["value_schema"] = schemas["value_schema"].replace(
+        '"logicalType":"date"', '"logicalType":"x-unknown"')
     record = dict(TABLE.to_dict(), lsn=1, topic=catalog_topic("p"), value_format="avro",
-                  **AvroEncoder(logical=logical).schemas(TABLE))
+                  **schemas)
     spec = TableSpec.from_dict(json.loads(json.dumps(record)))
     assert spec.avro_types == "logical"
     text = TableSpec.from_dict(dict(TABLE.to_dict(), **AvroEncoder().schemas(TABLE)))
