@@ -28,6 +28,7 @@ import re
 from typing import Any
 
 from streaming.schema import TEXT, TEXT_TYPE, TableSpec
+from streaming.sql_text import literal
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,7 @@ _CREATE_PROPERTIES = {
 
 
 def _properties_sql(properties: dict[str, str]) -> str:
-    return ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return ", ".join(f"{literal(k)} = {literal(v)}" for k, v in properties.items())
 
 
 def _identities(spec: TableSpec) -> dict[str, str]:
@@ -287,7 +284,7 @@ def _rename(spark: Any, target: str, spec: TableSpec, present: dict[str, str],
         keys[old] = new
     if TEXT in present and any(c.untyped(quote(c.name)) is not None for c in spec.columns
                                if c.name in keys.values()):
-        cases = " ".join(f"WHEN {_sql_string(o)} THEN {_sql_string(n)}" for o, n in keys.items())
+        cases = " ".join(f"WHEN {literal(o)} THEN {literal(n)}" for o, n in keys.items())
         spark.sql(f"UPDATE {target} SET {TEXT} = transform_keys({TEXT}, (k, v) -> CASE k "
                   f"{cases} ELSE k END) WHERE {TEXT} IS NOT NULL")
     types = {old: renamed.pop(old) for old, _ in moves}
