@@ -191,7 +191,7 @@ class LoadSummary:
 
 
 @dataclass
-class _Snapshot:
+class ExportedSnapshot:
     """The coordinator (catalog, types) and the readers, all in one snapshot."""
 
     name: str
@@ -324,7 +324,7 @@ class InitialLoad:
 
     # --- snapshots ----------------------------------------------------------------------------
 
-    def _create_slot(self) -> tuple[LoadState, _Snapshot]:
+    def _create_slot(self) -> tuple[LoadState, ExportedSnapshot]:
         """Attempt 0: the slot's exported snapshot, imported by every connection."""
         cfg = self.config
         stream = ReplicationConnection(cfg.dsn)
@@ -341,11 +341,11 @@ class InitialLoad:
             state = LoadState(cfg.slot, str(system_id), str(database), cfg.publication,
                               exported.consistent_point)
             self.store.save(state)
-            snapshot = _Snapshot(exported.snapshot_name, self._connect(), export=stream)
+            snapshot = ExportedSnapshot(exported.snapshot_name, self._connect(), export=stream)
         except BaseException:
             stream.close()
             raise
-        try:  # the export lives until every reader imported it (_Snapshot.release_export)
+        try:  # the export lives until every reader imported it (ExportedSnapshot.release_export)
             begin_in_snapshot(snapshot.coordinator, exported.snapshot_name)
             self._start_history(snapshot.coordinator, exported.consistent_point)
         except BaseException:
@@ -376,7 +376,7 @@ class InitialLoad:
         history.close()
         return history.generation
 
-    def _export_snapshot(self, state: LoadState) -> _Snapshot:
+    def _export_snapshot(self, state: LoadState) -> ExportedSnapshot:
         """A resumed attempt: a new snapshot from the coordinator's own transaction."""
         coordinator = self._connect()
         try:
@@ -386,7 +386,7 @@ class InitialLoad:
         except BaseException:
             coordinator.close()
             raise
-        return _Snapshot(str(row[0]), coordinator)  # exported while its transaction lasts
+        return ExportedSnapshot(str(row[0]), coordinator)  # exported while its transaction lasts
 
     def _options(self) -> str:
         return f"{SESSION_OPTIONS} -c lock_timeout={int(self.config.lock_timeout * 1000)}"
@@ -395,8 +395,8 @@ class InitialLoad:
         return psycopg.connect(self.config.dsn, autocommit=True, options=self._options(),
                                application_name="pgcdc initial load")
 
-    def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
-                       attempt: int, started: int) -> None:
+    def _start_readers(self, snapshot: ExportedSnapshot, tables: list[PublishedTable],
+                       load_lsn: int, attempt: int, started: int) -> None:
         """Reader connections (threads) or worker processes import the snapshot and lock
         every table; only then the exporting connection may close."""
         cfg = self.config
@@ -409,7 +409,7 @@ class InitialLoad:
             try:
                 snapshot.pool.wait_ready(timeout=60 + cfg.lock_timeout)
             except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
-                raise _lock_error(exc) from exc
+                raise lock_error(exc) from exc
         else:
             for _ in range(cfg.readers):
                 conn = self._connect()
@@ -419,7 +419,7 @@ class InitialLoad:
 
     # --- the load -----------------------------------------------------------------------------
 
-    def _load(self, state: LoadState, snapshot: _Snapshot, stop: threading.Event,
+    def _load(self, state: LoadState, snapshot: ExportedSnapshot, stop: threading.Event,
               on_progress: Callable[[LoadProgress], None] | None) -> LoadSummary:
         cfg = self.config
         coordinator = snapshot.coordinator
@@ -427,7 +427,7 @@ class InitialLoad:
         try:
             catalog = fetch_published_tables(coordinator, cfg.publication, captured=captured)
         except psycopg.errors.LockNotAvailable as exc:
-            raise _lock_error(exc) from exc
+            raise lock_error(exc) from exc
         if not state.tables and not state.attempts:
             state.tables = {oid: TableState(oid, t.table.schema, t.table.name, t.relfilenode, [])
                             for oid, t in catalog.items()}
@@ -484,7 +484,7 @@ class InitialLoad:
                      self.progress.rows)
         return LoadSummary(state, self.progress, resumed=resumed, complete=complete)
 
-    def _lock(self, snapshot: _Snapshot, tables: list[PublishedTable]) -> None:
+    def _lock(self, snapshot: ExportedSnapshot, tables: list[PublishedTable]) -> None:
         """Every reader locks every table first: a later lock request of one reader would
         queue behind a DDL that waits for another reader, and nobody would wake up."""
         names = [(t.table.schema, t.table.name) for t in tables]
@@ -492,7 +492,7 @@ class InitialLoad:
             for conn in snapshot.readers:
                 lock_tables(conn, names)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
-            raise _lock_error(exc) from exc
+            raise lock_error(exc) from exc
 
     def _plan(self, state: LoadState, catalog: dict[int, PublishedTable],
               loading: list[TableState], coordinator: Conn) -> list[ChunkTask]:
@@ -522,7 +522,7 @@ class InitialLoad:
                 tasks.append(ChunkTask(published, decoder, index, chunk, since))
         return tasks
 
-    def _read(self, state: LoadState, snapshot: _Snapshot, tasks: list[ChunkTask],
+    def _read(self, state: LoadState, snapshot: ExportedSnapshot, tasks: list[ChunkTask],
               stop: threading.Event, on_progress: Callable[[LoadProgress], None] | None) -> None:
         """Reader threads fill a bounded queue; this thread writes, checkpoints and reports."""
         cfg = self.config
@@ -568,7 +568,7 @@ class InitialLoad:
                 thread.join(30)
         if error is not None:
             if isinstance(error, psycopg.errors.LockNotAvailable):
-                raise _lock_error(error) from error
+                raise lock_error(error) from error
             raise error
         if ended == len(tasks):
             self._write_last(state)
@@ -680,7 +680,7 @@ class InitialLoad:
         try:
             pool.run(tasks, stop, on_rows=self._count, on_done=on_done, on_tick=on_tick)
         except psycopg.errors.LockNotAvailable as exc:
-            raise _lock_error(exc) from exc
+            raise lock_error(exc) from exc
         finally:
             self.progress.worker_rss = list(pool.peak_rss)
         if done == len(tasks):  # every worker ended: nobody holds the first's claim
@@ -737,7 +737,7 @@ def run_until_signalled(load: InitialLoad) -> bool:
     return summary.complete
 
 
-def _lock_error(exc: psycopg.Error) -> SnapshotChangedError:
+def lock_error(exc: psycopg.Error) -> SnapshotChangedError:
     msg = (f"could not lock the tables to load ({exc.diag.message_primary}): another session "
            "holds or awaits a conflicting lock (DDL?) or a table changed; run again later: the "
            "load resumes")

@@ -73,10 +73,10 @@ from loads.chunk_reader import (
     row_builder,
 )
 from loads.initial_load import (
+    ExportedSnapshot,
     InitialLoad,
     LoadConfig,
-    _lock_error,
-    _Snapshot,
+    lock_error,
     run_until_signalled,
 )
 from loads.load_progress import LoadProgress
@@ -246,20 +246,20 @@ class LakeLoad(InitialLoad):
         self.tables_at_once = config.readers  # tables loaded at once (their tasks: Spark's)
         self._task_snapshot: str | None = None
 
-    def _start_readers(self, snapshot: _Snapshot, tables: list[PublishedTable], load_lsn: int,
-                       attempt: int, started: int) -> None:
+    def _start_readers(self, snapshot: ExportedSnapshot, tables: list[PublishedTable],
+                       load_lsn: int, attempt: int, started: int) -> None:
         """The coordinator locks the tables and exports its snapshot for the Spark tasks:
         its transaction lasts until the last table is written."""
         names = [(t.table.schema, t.table.name) for t in tables]
         try:
             lock_tables(snapshot.coordinator, names)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
-            raise _lock_error(exc) from exc
+            raise lock_error(exc) from exc
         row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
         assert row is not None
         self._task_snapshot = str(row[0])
 
-    def _read(self, state: LoadState, snapshot: _Snapshot, tasks: list[ChunkTask],
+    def _read(self, state: LoadState, snapshot: ExportedSnapshot, tasks: list[ChunkTask],
               stop: threading.Event, on_progress: Callable[[LoadProgress], None] | None) -> None:
         by_table: dict[int, list[ChunkTask]] = {}
         for task in tasks:
