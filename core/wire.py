@@ -123,6 +123,23 @@ COLUMN_ATTNUM: Final = "attnum"
 COLUMN_BASE_TYPE: Final = "base_type"  # a domain's built-in base type, and its typmod
 COLUMN_BASE_TYPMOD: Final = "base_typmod"
 
+# a ``<prefix>._messages`` record (JSON): one logical decoding message
+MESSAGE_PREFIX: Final = "prefix"
+MESSAGE_TRANSACTIONAL: Final = "transactional"
+MESSAGE_CONTENT: Final = "content"  # base64
+MESSAGE_LSN: Final = "lsn"
+MESSAGE_COMMIT_LSN: Final = "commit_lsn"
+MESSAGE_XID: Final = "xid"
+
+# a transaction topic's record (JSON, Debezium's transaction metadata): BEGIN, then END with
+# the events per table
+TXN_STATUS: Final = "status"
+TXN_ID: Final = "id"
+TXN_TS_MS: Final = "ts_ms"
+TXN_EVENT_COUNT: Final = "event_count"
+TXN_DATA_COLLECTIONS: Final = "data_collections"
+TXN_DATA_COLLECTION: Final = "data_collection"
+
 CATALOG_SUFFIX: Final = "_catalog"
 CATALOG_HISTORY_SUFFIX: Final = f"{CATALOG_SUFFIX}_history"
 MESSAGES_SUFFIX: Final = "_messages"

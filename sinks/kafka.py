@@ -40,9 +40,21 @@ from core import failpoints, wire
 from core.errors import ConfigError, TerminalError, TransientError
 from core.wire import (
     FORMAT_HEADER,
+    MESSAGE_COMMIT_LSN,
+    MESSAGE_CONTENT,
+    MESSAGE_LSN,
+    MESSAGE_PREFIX,
+    MESSAGE_TRANSACTIONAL,
+    MESSAGE_XID,
     MESSAGES_SUFFIX,
     TABLE_VERSION_HEADER,
     TRANSACTIONS_SUFFIX,
+    TXN_DATA_COLLECTION,
+    TXN_DATA_COLLECTIONS,
+    TXN_EVENT_COUNT,
+    TXN_ID,
+    TXN_STATUS,
+    TXN_TS_MS,
     catalog_history_topic,
     catalog_key,
     catalog_topic,
@@ -360,9 +372,9 @@ class KafkaSink:
         """A logical decoding message (pg_logical_emit_message) to ``<prefix>._messages``."""
         if self.messages_topic not in self._topics:
             self._ensure_topic(self.messages_topic, partitions=1)
-        value = {"prefix": message.prefix, "transactional": message.transactional,
-                 "content": base64.b64encode(message.content).decode("ascii"),
-                 "lsn": lsn, "commit_lsn": commit_lsn, "xid": xid}
+        value = {MESSAGE_PREFIX: message.prefix, MESSAGE_TRANSACTIONAL: message.transactional,
+                 MESSAGE_CONTENT: base64.b64encode(message.content).decode("ascii"),
+                 MESSAGE_LSN: lsn, MESSAGE_COMMIT_LSN: commit_lsn, MESSAGE_XID: xid}
         self._produce(self.messages_topic, message.prefix.encode(),
                       json.dumps(value, separators=(",", ":")).encode(), [])
 
@@ -420,11 +432,11 @@ class KafkaSink:
     def _transaction_event(self, status: str, now_ms: int) -> None:
         """Debezium's transaction metadata: BEGIN, then END with per-table event counts."""
         assert self.transaction_topic is not None and self._txn_id is not None
-        value: dict[str, Any] = {"status": status, "id": self._txn_id, "ts_ms": now_ms}
+        value: dict[str, Any] = {TXN_STATUS: status, TXN_ID: self._txn_id, TXN_TS_MS: now_ms}
         if status == "END":
-            value["event_count"] = sum(self._txn_counts.values())
-            value["data_collections"] = [{"data_collection": name, "event_count": count}
-                                         for name, count in self._txn_counts.items()]
+            value[TXN_EVENT_COUNT] = sum(self._txn_counts.values())
+            value[TXN_DATA_COLLECTIONS] = [{TXN_DATA_COLLECTION: name, TXN_EVENT_COUNT: count}
+                                           for name, count in self._txn_counts.items()]
         self._produce(self.transaction_topic, self._txn_id.encode(),
                       json.dumps(value, separators=(",", ":")).encode(), [])
 
