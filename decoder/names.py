@@ -91,6 +91,13 @@ def parse_table_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
+def quoted_table_name(schema: str, table: str) -> str:
+    """``"schema"."table"``, both parts always double-quoted, a double quote inside
+    doubled: how pgcdc names the tables it asks to read (one spelling, so that two such
+    names compare equal exactly when they name the same table)."""
+    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, table))
+
+
 def format_table_name(schema: str, table: str) -> str:
     """The name ``parse_table_name`` reads back as ``(schema, table)``: a part holding a
     comma, a dot or a double quote (or blanks at its ends, or nothing) double-quoted, a

@@ -56,6 +56,7 @@ from psycopg import sql
 
 from decoder.change import READ, TRUNCATE, ChangeEvent, Row, RowDecoder
 from decoder.lsn import format_lsn
+from decoder.names import quoted_table_name
 from decoder.replication import SESSION_OPTIONS, now_pg_micros
 from loads.published import PublishedTable, fetch_published_tables
 from loads.signals import (
@@ -783,14 +784,14 @@ def _whole(job: Job) -> bool:
 
 
 def _current_name(conn: Conn, oid: int) -> str | None:
-    """The schema-qualified name table ``oid`` has now, both parts always quoted as pgcdc
-    names its own requests (pgcdc/pipeline.py); None if there is none."""
+    """The name table ``oid`` has now, spelled as pgcdc names its own requests
+    (:func:`~decoder.names.quoted_table_name`); None if there is none."""
     row = conn.execute("SELECT n.nspname, c.relname FROM pg_class c "
                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
                        "WHERE c.oid = %s AND c.relkind IN ('r', 'p')", (oid,)).fetchone()
     if row is None:
         return None
-    return ".".join('"' + str(part).replace('"', '""') + '"' for part in row)
+    return quoted_table_name(str(row[0]), str(row[1]))
 
 
 def again_query(target: _Target, keys: list[list[str]]) -> sql.Composed:

@@ -43,6 +43,7 @@ from decoder.change import (
 )
 from decoder.errors import ConnectionLostError, DecodeError
 from decoder.lsn import format_lsn
+from decoder.names import quoted_table_name
 from decoder.progress import ProgressStore, check_against_slot
 from decoder.reorder import ReorderBuffer, Transaction
 from decoder.replication import ReplicationConnection, XLogData, identify_system
@@ -163,12 +164,7 @@ class Progress:
 
 def _name(table: TableVersion) -> str:
     """The table's quoted, schema-qualified name."""
-    return f"{_quoted(table.schema)}.{_quoted(table.name)}"
-
-
-def _quoted(identifier: str) -> str:
-    """An identifier as PostgreSQL's quote_ident writes it, always quoted."""
-    return '"' + identifier.replace('"', '""') + '"'
+    return quoted_table_name(table.schema, table.name)
 
 
 class OriginUnsupportedError(TerminalError):
