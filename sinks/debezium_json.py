@@ -52,7 +52,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Final, Literal
 
@@ -321,13 +321,29 @@ def zoned_timestamp_converter(typmod: int) -> _Convert:
         if not isinstance(value, datetime):
             return value
         if value.tzinfo is not None:
-            value = value.astimezone(UTC)
+            try:
+                value = value.astimezone(UTC)
+            except OverflowError:
+                return _utc_text_beyond_python(value)
         if width == 0:
             fraction = _fraction(value.microsecond)
         else:
             fraction = "." + f"{value.microsecond:06d}{'0' * 3}"[:width]
         return f"{value.date().isoformat()}T{_hms(value)}{fraction}Z"
     return convert
+
+
+def _utc_text_beyond_python(value: datetime) -> str:
+    """An instant whose UTC date Python cannot hold (0001-01-01 at an offset east of UTC is
+    in 1 BC; 9999-12-31 west of it, in 10000): PostgreSQL's text in UTC, the form pgcdc keeps
+    for every timestamp Python cannot hold."""
+    offset = value.utcoffset() or timedelta()
+    local = value.replace(tzinfo=None)
+    if local.year == 1:
+        shifted = local + timedelta(days=1) - offset  # the same time of day, a day later
+        return f"0001-12-31 {_hms(shifted)}{_fraction(shifted.microsecond)}+00 BC"
+    shifted = local - timedelta(days=1) - offset
+    return f"10000-01-01 {_hms(shifted)}{_fraction(shifted.microsecond)}+00"
 
 
 def zoned_time(value: Any) -> Any:

@@ -210,6 +210,11 @@ def test_zoned() -> None:
         == "2024-01-01T00:00:00.123Z"
     zero = dz.zoned_timestamp_converter(0)
     assert zero(datetime(2024, 1, 1, tzinfo=UTC)) == "2024-01-01T00:00:00Z"
+    # an instant whose UTC date Python cannot hold: PostgreSQL's text in UTC (CI once failed
+    # with OverflowError on the first)
+    assert six(datetime(1, 1, 1, tzinfo=plus2)) == "0001-12-31 22:00:00+00 BC"
+    assert six(datetime(9999, 12, 31, 23, 0, 0, 5, tzinfo=timezone(-timedelta(hours=2)))) \
+        == "10000-01-01 01:00:00.000005+00"
     assert dz.zoned_time(time(13, 14, 15, 500000, tzinfo=plus2)) == "11:14:15.5Z"
     assert dz.zoned_time(time(1, 0, tzinfo=plus2)) == "23:00:00Z"
     assert dz.zoned_time(time(23, 30, tzinfo=timezone(-timedelta(hours=1)))) == "00:30:00Z"
