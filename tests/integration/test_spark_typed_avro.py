@@ -5,11 +5,11 @@ numeric), a composite, an array of composites, ranges, a multirange, a domain ov
 array; a keyless ``REPLICA IDENTITY FULL`` table with duplicates and an array column added
 mid-way; an ``ADD COLUMN`` with a default and a retype), captured in typed Avro by a
 ``pgcdc run`` killed with -9 mid-way and finished by another, then ``pgcdc spark
---available-now``: the lake equals the source (``pgcdc.clone``, every column: numeric
-arrays, ranges and the multirange by their documented JSON), and equals, column types and
-values, the lake the same program makes through text mode.  And the JSON text
-streaming/typed_avro.py builds from typed arrays and records, through Spark, is the text
-mode's (sinks/envelope.py ``text_of``) for values of every element type."""
+--available-now``: the lake equals the source (``pgcdc.clone``, every column: numeric,
+float and timestamptz arrays, ranges and the multirange by their documented JSON), and
+equals, column types and values, the lake the same program makes through text mode.  And
+the JSON text streaming/typed_avro.py builds from typed arrays and records, through Spark,
+is the text mode's (sinks/envelope.py ``text_of``) for values of every element type."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ _SETUP = [
     "f8 float8, f4 real, ok bool, big int8, small int2, m mood, a amount, iv interval, "
     "addr inet, note text, c char(3), cash money, t1 time(1), ia int[], ta text[], "
     "na numeric(10,8)[], p pair, ps pair[], r4 int4range, "
-    "rz tstzrange, mr int4multirange, il intlist)",
+    "rz tstzrange, mr int4multirange, il intlist, fa float8[], za timestamptz[])",
     "CREATE TABLE bag (k int, v text, n numeric(6,2), d date)",
     "ALTER TABLE bag REPLICA IDENTITY FULL",
 ]
@@ -100,6 +100,11 @@ _CHANGES = [
     "UPDATE many SET ia = '{{{1}}}', p = ROW(3, E'q\"\\\\', '{1}'), r4 = '(,5]', "
     "mr = '{[1,2]}', na = '{0.00000001}' WHERE id = 2",
     "UPDATE bag SET tags = '{}' WHERE k = 2",
+    # what the lake keeps of these four as JSON, compared with to_json's by pgcdc.clone
+    "INSERT INTO many (id, na, r4, rz, mr, fa, za) VALUES (7, '{0.00000010,1.5,NaN,NULL,0}', "
+    "'[1,10)', '[\"0001-01-01 00:00:00+00 BC\",\"2024-01-01 00:00:00.5+00\")', "
+    "'{[1,3),[7,9)}', '{0.1,-0,NaN,-Infinity,1e+16,5e-324}', '{\"2024-02-29 13:14:15.5+00\","
+    "\"0001-01-01 00:00:00+00 BC\",infinity,\"12345-06-07 08:09:10.000011+00\"}')",
 ]
 _KILLED = 10  # the first changes, their ALTERs included, while pgcdc run streams
 
