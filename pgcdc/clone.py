@@ -559,9 +559,19 @@ def _canonical_time(text: str) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def _canonical_timetz(text: str) -> str:
+    """A time with its offset in one spelling: PostgreSQL prints ``13:14:15.5+02``, the
+    lake holds Python's ``13:14:15.500000+02:00``; any other text stays as it is."""
+    try:
+        return _time(text, True)
+    except _Unreadable:
+        return text
+
+
 # how a value's text is brought to one spelling, by the column's PostgreSQL type
 _SPELLINGS: dict[str, Callable[[str], str]] = {
-    "float4": _canonical_float, "float8": _canonical_float, "time": _canonical_time}
+    "float4": _canonical_float, "float8": _canonical_float, "time": _canonical_time,
+    "timetz": _canonical_timetz}
 Spelling = Callable[[str], str] | None
 
 

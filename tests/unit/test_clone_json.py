@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgcdc.clone import Shape, canonical_json
+from pgcdc.clone import Shape, _canonical_timetz, canonical_json
 
 _INT4 = Shape("int4")
 _NUMERIC = Shape("numeric")
@@ -177,3 +177,15 @@ def test_numeric_arrays_are_equal_exactly_when_their_values_are(
     same = [str(d) for d in mine] == [str(d) for d in theirs]
     assert (canonical_json(source, shape, lake=False)
             == canonical_json(lake, shape, lake=True)) == same
+
+
+def test_a_timetz_column_in_one_spelling() -> None:
+    """A ``timetz`` column (not JSON): PostgreSQL's text and the lake's (Python's
+    ``isoformat``, as sinks/envelope.py writes it) are one; another time or offset is not."""
+    assert _canonical_timetz("13:14:15.5+02") == _canonical_timetz("13:14:15.500000+02:00")
+    assert _canonical_timetz("00:00:00-01:30") == _canonical_timetz("00:00:00-01:30")
+    assert _canonical_timetz("24:00:00+00") == _canonical_timetz("24:00:00+00:00")
+    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.500000+03:00")
+    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.050000+02:00")
+    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.5+02:30")
+    assert _canonical_timetz("not a time") == "not a time"  # compared as it is
