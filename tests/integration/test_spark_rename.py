@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,6 +24,7 @@ from core.wire import table_topic_pattern
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.services.kafka import KafkaBroker
 from sinks.kafka import KafkaSink
 from streaming import evolution, job, multiset, ownership
 from streaming.apply import apply_batch, table_path
@@ -225,35 +227,75 @@ def _restart_driver(spark: Any) -> None:
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
+@dataclass
+class _KilledMoves:
+    """The source, its topics and the lake the three killed-driver cases start from: ``t``'s
+    rows applied by the streaming job, then ``t`` renamed and changed, captured into Kafka;
+    the lake and the checkpoint as that first run left them kept in ``pristine``."""
+
+    dsn: str
+    lake: _Lake
+    config: job.JobConfig
+    lake_dir: Path
+    checkpoint_dir: Path
+    pristine: Path
+
+    def restore(self) -> None:
+        """The lake and the checkpoint back as the first run left them, at the same paths
+        (so the same Delta application id), for the next case."""
+        for target in (self.lake_dir, self.checkpoint_dir):
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(self.pristine / target.name, target)
+
+
+@pytest.fixture(scope="module")
+def killed_moves(module_pg_dsn: str, kafka_broker: KafkaBroker, spark: Any,
+                 tmp_path_factory: pytest.TempPathFactory) -> _KilledMoves:
+    """What the three cases of :func:`test_driver_killed_between_the_moves` share (they
+    differ only in what the killed driver had moved), prepared once for the module."""
+    tmp_path = tmp_path_factory.mktemp("killed_moves")
+    servers, prefix = kafka_broker.bootstrap_servers, "killedmoves"
+    history = tmp_path / "catalog"
+    with psycopg.connect(module_pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        _prepare(module_pg_dsn, history)
+        _rows(conn, "t", 1, 8, "a")
+        _churn(conn, "t", 1, "a!")
+        _stream(module_pg_dsn, servers, prefix, conn, history)
+        lake = _Lake(spark, servers, prefix, tmp_path)
+        config = job.JobConfig(servers, lake.uri, (tmp_path / "cp").as_uri(),
+                               topic_prefix=prefix, trigger_seconds=None, changelog=True)
+        job.start(spark, config).awaitTermination()
+        lake.check(module_pg_dsn, ["public.t"], [])
+
+        conn.execute("ALTER TABLE t RENAME TO t2")
+        _churn(conn, "t2", 3, "b!")
+        _rows(conn, "t2", 9, 10, "b")
+        _stream(module_pg_dsn, servers, prefix, conn, history)
+    pristine = tmp_path / "pristine"
+    for name in ("lake", "cp"):
+        shutil.copytree(tmp_path / name, pristine / name)
+    return _KilledMoves(module_pg_dsn, lake, config, tmp_path / "lake", tmp_path / "cp",
+                        pristine)
+
+
 @pytest.mark.parametrize("moved", [["", "__tombstones"], ["__tombstones"], [""]],
                          ids=["table-first", "companion-first", "table-only"])
-def test_driver_killed_between_the_moves(
-        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
-        tmp_path: Path, moved: list[str]) -> None:
+def test_driver_killed_between_the_moves(killed_moves: _KilledMoves, spark: Any,
+                                         moved: list[str]) -> None:
     """The streaming job (available-now) applies rows of ``t``; ``t`` is renamed and
     changed; a driver killed while it moved the lake table left some of the directories
-    at the new location (moved here by hand); the job run again finishes the move."""
-    history = tmp_path / "catalog"
-    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-    _prepare(pg_dsn, history)
-    _rows(pg_conn, "t", 1, 8, "a")
-    _churn(pg_conn, "t", 1, "a!")
-    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, history)
-    lake = _Lake(spark, kafka_servers, topic_prefix, tmp_path)
-    config = job.JobConfig(kafka_servers, lake.uri, (tmp_path / "cp").as_uri(),
-                           topic_prefix=topic_prefix, trigger_seconds=None, changelog=True)
-    job.start(spark, config).awaitTermination()
-    lake.check(pg_dsn, ["public.t"], [])
-
-    pg_conn.execute("ALTER TABLE t RENAME TO t2")
-    _churn(pg_conn, "t2", 3, "b!")
-    _rows(pg_conn, "t2", 9, 10, "b")
-    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, history)
+    at the new location (moved here by hand); the job run again finishes the move.
+    (The first run, the rename and its capture are the module's ``killed_moves``: each case
+    starts from a copy of the lake and the checkpoint that run left.)"""
+    killed_moves.restore()
+    lake, config = killed_moves.lake, killed_moves.config
     old, new = _local(f"{lake.uri}/public.t"), _local(f"{lake.uri}/public.t2")
+    assert os.path.isdir(old) and not os.path.exists(new)
     for suffix in moved:
         shutil.move(old + suffix, new + suffix)
     _restart_driver(spark)
     job.start(spark, config).awaitTermination()
-    lake.check(pg_dsn, ["public.t2"], ["public.t"])
+    lake.check(killed_moves.dsn, ["public.t2"], ["public.t"])
     changelog = spark.read.format("delta").load(f"{lake.uri}/public.t2__changelog")
     assert changelog.count() == lake.topics().where("value IS NOT NULL").count()
