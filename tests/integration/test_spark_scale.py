@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from decoder.slot import current_wal_lsn
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.services.kafka import KafkaBroker
 from sinks.kafka import KafkaSink
 from streaming import job
 
@@ -23,6 +25,25 @@ pytestmark = pytest.mark.spark
 Conn = psycopg.Connection[tuple[object, ...]]
 
 TABLES = 12
+
+
+@dataclass(frozen=True)
+class _Captured:
+    """Where the workload is: the source database and the topic prefix it was captured to."""
+
+    dsn: str
+    servers: str
+    prefix: str
+
+
+@pytest.fixture(scope="module")
+def captured(module_pg_dsn: str, kafka_broker: KafkaBroker) -> _Captured:
+    """The workload, written and captured once for the module: its tests only read the
+    source and the topics, each into a lake and a checkpoint of its own."""
+    servers, prefix = kafka_broker.bootstrap_servers, "scale"
+    with psycopg.connect(module_pg_dsn, autocommit=True) as conn:
+        _workload(conn, module_pg_dsn, servers, prefix)
+    return _Captured(module_pg_dsn, servers, prefix)
 
 
 def _workload(pg_conn: Conn, pg_dsn: str, servers: str, prefix: str) -> list[str]:
@@ -65,11 +86,10 @@ def _equal(spark: Any, pg_dsn: str, config: job.JobConfig) -> None:
     assert [r for r in results if not r.equal] == []
 
 
-def test_one_batch_over_many_tables(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
-                                   topic_prefix: str, spark: Any, tmp_path: Path) -> None:
-    _workload(pg_conn, pg_dsn, kafka_servers, topic_prefix)
-    config = job.JobConfig(kafka_servers, (tmp_path / "lake").as_uri(),
-                           (tmp_path / "cp").as_uri(), topic_prefix=topic_prefix,
+def test_one_batch_over_many_tables(captured: _Captured, spark: Any, tmp_path: Path) -> None:
+    pg_dsn = captured.dsn
+    config = job.JobConfig(captured.servers, (tmp_path / "lake").as_uri(),
+                           (tmp_path / "cp").as_uri(), topic_prefix=captured.prefix,
                            trigger_seconds=None)
     batches: list[dict[str, int]] = []
     query = job.start(spark, config, lambda _, applied: batches.append(applied))
@@ -97,12 +117,11 @@ def _transactions(table: Path) -> dict[int, list[tuple[str, int]]]:
 
 
 def test_oversized_planned_batch_is_applied_in_pieces(
-        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-) -> None:
+        captured: _Captured, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A checkpoint holds a planned batch of every offset (an unbounded run that failed in
     it); the next run, bounded, meets it as planned and applies it in pieces."""
-    _workload(pg_conn, pg_dsn, kafka_servers, topic_prefix)
+    pg_dsn, kafka_servers, topic_prefix = captured.dsn, captured.servers, captured.prefix
     lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
     unbounded = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix,
                               trigger_seconds=None, max_offsets_per_trigger=0)
