@@ -131,6 +131,10 @@ class KafkaBroker(LocalProcess):
             "offsets.topic.num.partitions=4",
             "transaction.state.log.replication.factor=1",
             "transaction.state.log.min.isr=1",
+            # the coordinator looks for transactions open past their transaction.timeout.ms
+            # every second (Kafka's default: every 10 s), so that a timed-out transaction is
+            # aborted soon after its timeout (test_exactly_once waits for one)
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
             "",
