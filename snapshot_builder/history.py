@@ -33,7 +33,7 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -321,6 +321,28 @@ class CatalogHistory:
         if self._file is not None:
             self._file.append(entry)
         self._extend((entry,))
+        return self._latest
+
+    def extend(self, entries: Sequence[Entry]) -> Catalog:
+        """Record committed entries at once, each the version after the one before (the
+        first after the latest) at no lower an LSN: one working copy of the tables for all
+        of them, where :meth:`append` makes one per change (a replay of many versions of
+        many tables).  Returns the new latest version."""
+        version, lsn = self._latest.version, self._latest.lsn
+        for entry in entries:
+            if entry.version != version + 1:
+                msg = (f"catalog entry of version {entry.version} follows version {version}: "
+                       "a change was lost or applied twice")
+                raise CatalogGapError(msg)
+            if entry.lsn < lsn:
+                msg = (f"catalog change at LSN {entry.lsn} is older than version {version} "
+                       f"({lsn})")
+                raise CatalogGapError(msg)
+            version, lsn = entry.version, entry.lsn
+        if self._file is not None:
+            for entry in entries:
+                self._file.append(entry)
+        self._extend(entries)
         return self._latest
 
     def _extend(self, entries: Iterable[Entry]) -> None:

@@ -75,12 +75,13 @@ def replay(records: Iterable[str | bytes]) -> CatalogHistory:
         return CatalogHistory()
     first = min(entries)
     history = CatalogHistory(Catalog(first - 1, entries[first].lsn, MappingProxyType({})))
-    version = first
+    version, lsn, held = first, entries[first].lsn, []
     while version in entries:
         entry = entries[version]
-        history.append(entry.change, lsn=max(entry.lsn, history.latest.lsn),
-                       commit_time=entry.commit_time, expected_version=version - 1)
+        lsn = max(entry.lsn, lsn)
+        held.append(entry if entry.lsn == lsn else dataclasses.replace(entry, lsn=lsn))
         version += 1
+    history.extend(held)  # one working copy of the tables for every version
     if version <= max(entries):
         log.info("catalog history replayed to version %d; version %d is not published yet",
                  version - 1, version)

@@ -18,6 +18,7 @@ from snapshot_builder.history import (
     CatalogHistory,
     DropTable,
     DropType,
+    Entry,
     HistoryFile,
     PutTable,
     PutType,
@@ -124,6 +125,26 @@ def test_append_checks_the_expected_version() -> None:
         history.append(PutTable(_table(1, "a", 2)), lsn=11, expected_version=0)
     with pytest.raises(CatalogGapError, match="older"):
         history.append(DropTable(1), lsn=5)
+
+
+def test_extend_equals_appends_and_checks_each_entry(tmp_path: Path) -> None:
+    changes = [PutTable(_table(1, "a", 1)), PutTable(_table(2, "b", 2)),
+               PutTable(_table(1, "a", 3)), DropTable(2), PutType(_enum(9, 2))]
+    one_by_one = CatalogHistory(checkpoint_every=2)
+    for i, change in enumerate(changes):
+        one_by_one.append(change, lsn=10 + i // 2, commit_time=i)
+    at_once = CatalogHistory(checkpoint_every=2, file=HistoryFile(tmp_path))
+    assert at_once.extend(list(one_by_one.entries())) == one_by_one.latest
+    assert list(at_once.entries()) == list(one_by_one.entries())
+    for lsn in range(9, 13):
+        assert at_once.catalog_at(lsn) == one_by_one.catalog_at(lsn)
+    assert list(HistoryFile(tmp_path).load().entries()) == list(one_by_one.entries())
+    gap = Entry(7, 20, 0, DropTable(1))
+    with pytest.raises(CatalogGapError, match="version 7 follows version 5"):
+        at_once.extend([gap])
+    with pytest.raises(CatalogGapError, match="older"):
+        at_once.extend([Entry(6, 11, 0, DropTable(1))])
+    assert at_once.latest.version == 5  # nothing of a refused batch recorded
 
 
 def test_persisted_history_survives_restart_and_a_torn_write(tmp_path: Path) -> None:
