@@ -9,15 +9,16 @@ compared in one spelling.  Where the lake's typed column cannot hold a value
 (docs/types.md), the lake side reads PostgreSQL's text from ``_pgcdc_text``.  The digest is
 a row count and a SHA-256 over the sorted rows, so a single differing value changes it.
 
-Arrays, composites, ranges and multiranges (through domains) are JSON text in the lake
-(docs/types.md, the *JSON* column); the source side is ``to_json`` of the value.  Both are
-read by the column's type, part by part (an array's elements, a composite's attributes, a
-range's bounds), each side in its own documented spelling, into one canonical JSON text
-(:func:`canonical_json`): numbers as decimals (``0.00000010`` and ``"1.0E-7"`` are one
-value, ``1.5`` and ``1.50`` are not), floats by their value, timestamps in PostgreSQL's
-text, bytea as hex, a range as its bounds and flags whether PostgreSQL spelled it
-``[1,10)`` or pgcdc ``{"lower": 1, ...}``.  A part neither spelling reads is kept as an
-unreadable marker with its text, so it never equals a readable value.
+Arrays, composites, ranges, multiranges and geometric values (through domains) are JSON
+text in the lake (docs/types.md, the *JSON* column); the source side is ``to_json`` of the
+value.  Both are read by the column's type, part by part (an array's elements, a
+composite's attributes, a range's bounds), each side in its own documented spelling, into
+one canonical JSON text (:func:`canonical_json`): numbers as decimals (``0.00000010`` and
+``"1.0E-7"`` are one value, ``1.5`` and ``1.50`` are not), floats by their value,
+timestamps in PostgreSQL's text, bytea as hex, a range as its bounds and flags whether
+PostgreSQL spelled it ``[1,10)`` or pgcdc ``{"lower": 1, ...}``, a point ``(1,2)`` or
+``{"x": 1.0, "y": 2.0}`` as its coordinates.  A part its side's spelling does not read
+becomes a marker naming the side and its text, equal to nothing the other side gives.
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ class Shape:
     names: tuple[str, ...] = ()
 
 
-_STRUCTURED = frozenset({"array", "composite", "range", "multirange"})
+# the kinds whose values the lake holds as JSON text (docs/types.md)
+_JSON_KINDS = frozenset({"array", "composite", "range", "multirange", "point", "line", "lseg",
+                         "box", "path", "polygon", "circle"})
 
 _TYPE = """
 SELECT t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, t.typname,
@@ -192,13 +195,13 @@ def _shape(conn: psycopg.Connection[Any], oid: int, known: dict[int, Shape]) -> 
 
 def json_shapes(conn: psycopg.Connection[Any], spec: TableSpec) -> dict[str, Shape]:
     """The shapes of the table's columns whose values the lake holds as JSON text: arrays,
-    composites, ranges and multiranges, through domains."""
+    composites, ranges, multiranges and geometric types, through domains."""
     relation = sql.Identifier(spec.schema, spec.name).as_string(conn)
     known: dict[int, Shape] = {}
     out = {}
     for name, oid in conn.execute(_COLUMNS, (relation,)).fetchall():
         shape = _shape(conn, oid, known)
-        if shape.kind in _STRUCTURED:
+        if shape.kind in _JSON_KINDS:
             out[str(name)] = shape
     return out
 
@@ -358,6 +361,58 @@ def _jsonb(value: Any, lake: bool) -> Any:
     return value
 
 
+_COORDINATE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|NaN|-?Infinity")
+# a geometric value's text without its numbers: point, line, lseg, box, open and closed
+# path, polygon, circle
+_GEOMETRIC = re.compile(r"\(#,#\)|\{#,#,#\}|\[\(#,#\),\(#,#\)\]|\(#,#\),\(#,#\)"
+                        r"|\[\(#,#\)(?:,\(#,#\))*\]|\(\(#,#\)(?:,\(#,#\))*\)|<\(#,#\),#>")
+_FIELDS = {"point": ("x", "y"), "line": ("a", "b", "c"), "lseg": ("start", "end"),
+           "box": ("high", "low"), "path": ("points",), "polygon": ("points",),
+           "circle": ("center", "radius")}
+
+
+def _coordinates(value: Any) -> list[float]:
+    """The numbers of the lake's object of a geometric value, in its fields' order."""
+    if isinstance(value, dict) and "x" in value:
+        return [_geometric_number(value[k]) for k in ("x", "y")]
+    if isinstance(value, list):
+        return [n for v in value for n in _coordinates(v)]
+    if isinstance(value, dict):
+        raise _Unreadable(value)
+    return [_geometric_number(value)]
+
+
+def _geometric_number(value: Any) -> float:
+    if not isinstance(value, Decimal | float) or isinstance(value, bool):
+        raise _Unreadable(value)
+    return float(value)
+
+
+def _geometric(kind: str) -> Callable[[Any, bool], Any]:
+    """A geometric value as its coordinates (floats, by value) and, for a path, whether it
+    is closed: the lake's object of its fields (``{"x": 1.0, "y": 2.0}``, docs/types.md), the
+    source's text (``(1,2)``, ``[(1,2),(3,4)]``, ``<(1,2),3>``)."""
+    names = _FIELDS[kind]
+
+    def read(value: Any, lake: bool) -> Any:
+        if lake:
+            if not isinstance(value, dict) or set(value) != set(names) | (
+                    {"closed"} if kind == "path" else set()):
+                raise _Unreadable(value)
+            closed = value.get("closed")
+            if kind == "path" and not isinstance(closed, bool):
+                raise _Unreadable(value)
+            numbers = [n for k in names for n in _coordinates(value[k])]
+        else:
+            text = _text(value)
+            if _GEOMETRIC.fullmatch(_COORDINATE.sub("#", text)) is None:
+                raise _Unreadable(value)
+            numbers = [float(n) for n in _COORDINATE.findall(text)]
+            closed = text.startswith("(") if kind == "path" else None
+        return {"coordinates": [repr(n) for n in numbers], "closed": closed}
+    return read
+
+
 def _string(value: Any, lake: bool) -> Any:
     """Text types, enums, uuid, interval, inet, ...: the same JSON string on both sides."""
     return _text(value)
@@ -383,7 +438,7 @@ _SCALARS: dict[str, Callable[[Any, bool], Any]] = {
     "float4": lambda v, lake: _float(v, True), "float8": lambda v, lake: _float(v, False),
     "bool": _boolean, "date": _date, "time": _time, "timetz": _time,
     "timestamp": _timestamp, "timestamptz": _timestamp, "bytea": _bytea, "pg_lsn": _lsn,
-    "jsonb": _jsonb,
+    "jsonb": _jsonb, **{kind: _geometric(kind) for kind in _FIELDS},
     **dict.fromkeys(("text", "varchar", "bpchar", "name", "char", "uuid", "interval", "inet",
                      "cidr", "macaddr", "macaddr8", "bit", "varbit", "enum", "xml",
                      "tsvector", "tsquery"), _string),

@@ -49,7 +49,7 @@ _SETUP = [
     "addr inet, note text, c char(3), cash money, t1 time(1), ia int[], ta text[], "
     "na numeric(10,8)[], p pair, ps pair[], r4 int4range, "
     "rz tstzrange, mr int4multirange, il intlist, fa float8[], za timestamptz[], "
-    "tt timetz, tta timetz[])",
+    "tt timetz, tta timetz[], bx box, pa path[])",
     "CREATE TABLE bag (k int, v text, n numeric(6,2), d date)",
     "ALTER TABLE bag REPLICA IDENTITY FULL",
 ]
@@ -101,13 +101,14 @@ _CHANGES = [
     "UPDATE many SET ia = '{{{1}}}', p = ROW(3, E'q\"\\\\', '{1}'), r4 = '(,5]', "
     "mr = '{[1,2]}', na = '{0.00000001}' WHERE id = 2",
     "UPDATE bag SET tags = '{}' WHERE k = 2",
-    # what the lake keeps of these four as JSON, compared with to_json's by pgcdc.clone
-    "INSERT INTO many (id, na, r4, rz, mr, fa, za, tt, tta) VALUES (7, "
+    # what the lake keeps as JSON, compared with to_json's by pgcdc.clone
+    "INSERT INTO many (id, na, r4, rz, mr, fa, za, tt, tta, bx, pa) VALUES (7, "
     "'{0.00000010,1.5,NaN,NULL,0}', "
     "'[1,10)', '[\"0001-01-01 00:00:00+00 BC\",\"2024-01-01 00:00:00.5+00\")', "
     "'{[1,3),[7,9)}', '{0.1,-0,NaN,-Infinity,1e+16,5e-324}', '{\"2024-02-29 13:14:15.5+00\","
     "\"0001-01-01 00:00:00+00 BC\",infinity,\"12345-06-07 08:09:10.000011+00\"}', "
-    "'13:14:15.5+02', '{13:14:15.5+02,00:00:00-01:30,NULL}')",
+    "'13:14:15.5+02', '{13:14:15.5+02,00:00:00-01:30,NULL}', '(3,4),(1.5,-0)', "
+    "ARRAY['[(1,2),(3,4)]'::path, '((1,2),(3,4),(5,1e-07))', NULL])",
 ]
 _KILLED = 10  # the first changes, their ALTERs included, while pgcdc run streams
 
