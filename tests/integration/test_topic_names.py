@@ -5,8 +5,6 @@ TABLES), and the lake equals the source for every one of them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +87,13 @@ def test_tables_named_alike_never_share_a_topic(
         assert rows == dict(source.fetchall()), table
 
     lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
-    applied = subprocess.run(
-        [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", kafka_servers,
-         "--topic-prefix", topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
-         "--available-now"], capture_output=True, timeout=600, check=False)
-    assert applied.returncode == 0, applied.stderr.decode()[-3000:]
-    config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix)
+    # the job `pgcdc spark --available-now` runs, in this process's Spark session (the
+    # command itself is tested in test_spark_logs and test_spark_apply)
+    config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix,
+                           trigger_seconds=None)
+    query = job.start(spark, config)
+    query.awaitTermination(600)
+    assert query.exception() is None
     tables = job.read_catalog(spark, config).tables()
     assert sorted(spec.name for spec in tables) == sorted(oids)
     with psycopg.connect(pg_dsn) as conn:
