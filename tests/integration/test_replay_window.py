@@ -5,8 +5,6 @@ in the lake."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -94,12 +92,13 @@ def test_restart_after_kill_with_a_no_op_ddl_transaction_in_the_replay_window(
     assert len(source) == 2580 and folded == source
 
     lake, checkpoint = (tmp_path / "lake").as_uri(), (tmp_path / "cp").as_uri()
-    applied = subprocess.run(
-        [sys.executable, "-m", "pgcdc", "spark", "--bootstrap-servers", kafka_servers,
-         "--topic-prefix", topic_prefix, "--lake", lake, "--checkpoint", checkpoint,
-         "--available-now"], capture_output=True, timeout=600, check=False)
-    assert applied.returncode == 0, applied.stderr.decode()[-3000:]
-    config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix)
+    # the job `pgcdc spark --available-now` runs, in this process's Spark session (the
+    # command itself is tested in test_spark_logs and test_spark_apply)
+    config = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix,
+                           trigger_seconds=None)
+    query = job.start(spark, config)
+    query.awaitTermination(600)
+    assert query.exception() is None
     with psycopg.connect(pg_dsn) as conn:
         results = compare(conn, spark, lake, job.read_catalog(spark, config).tables())
     assert sorted((r.table, r.source.rows) for r in results) == [
