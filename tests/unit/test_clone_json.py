@@ -1,4 +1,4 @@
-"""The clone oracle's canonical JSON (pgcdc/clone.py ``canonical_json``): PostgreSQL's
+"""The clone oracle's canonical JSON (pgcdc/clone_json.py ``canonical_json``): PostgreSQL's
 ``to_json`` of a value and the lake's JSON of the same value (docs/types.md, spelled as
 sinks/envelope.py writes it) give one text; a value that differs in any part (a digit, a
 decimal's scale, a bound's flag, a microsecond) gives another, and a part spelled otherwise
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgcdc.clone import Shape, _canonical_timetz, canonical_json
+from pgcdc.clone_json import Shape, canonical_json, canonical_timetz
 
 _INT4 = Shape("int4")
 _NUMERIC = Shape("numeric")
@@ -200,10 +200,10 @@ def test_numeric_arrays_are_equal_exactly_when_their_values_are(
 def test_a_timetz_column_in_one_spelling() -> None:
     """A ``timetz`` column (not JSON): PostgreSQL's text and the lake's (Python's
     ``isoformat``, as sinks/envelope.py writes it) are one; another time or offset is not."""
-    assert _canonical_timetz("13:14:15.5+02") == _canonical_timetz("13:14:15.500000+02:00")
-    assert _canonical_timetz("00:00:00-01:30") == _canonical_timetz("00:00:00-01:30")
-    assert _canonical_timetz("24:00:00+00") == _canonical_timetz("24:00:00+00:00")
-    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.500000+03:00")
-    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.050000+02:00")
-    assert _canonical_timetz("13:14:15.5+02") != _canonical_timetz("13:14:15.5+02:30")
-    assert _canonical_timetz("not a time") == "not a time"  # compared as it is
+    assert canonical_timetz("13:14:15.5+02") == canonical_timetz("13:14:15.500000+02:00")
+    assert canonical_timetz("00:00:00-01:30") == canonical_timetz("00:00:00-01:30")
+    assert canonical_timetz("24:00:00+00") == canonical_timetz("24:00:00+00:00")
+    assert canonical_timetz("13:14:15.5+02") != canonical_timetz("13:14:15.500000+03:00")
+    assert canonical_timetz("13:14:15.5+02") != canonical_timetz("13:14:15.050000+02:00")
+    assert canonical_timetz("13:14:15.5+02") != canonical_timetz("13:14:15.5+02:30")
+    assert canonical_timetz("not a time") == "not a time"  # compared as it is
