@@ -253,6 +253,7 @@ class TableBatch:
 
     truncate: tuple[int, int] | None  # the position of the newest truncate, if any
     ops: frozenset[str]  # the operations present: c, r, u, d, t
+    versions: frozenset[str] = frozenset()  # the table versions of its events
 
 
 def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
@@ -279,7 +280,8 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         raise CatalogMismatchError(msg)
     return {int(r["table_oid"]): TableBatch(
         None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
-        frozenset(str(op) for op in r["ops"])) for r in summary}
+        frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]))
+        for r in summary}
 
 
 def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
@@ -707,6 +709,43 @@ def _resolved(catalog: CatalogSource, versions: set[str]) -> LakeCatalog:
     return found if isinstance(found, LakeCatalog) else LakeCatalog(found)
 
 
+def earlier_topics(spark: Any, summary: dict[int, TableBatch], catalog: LakeCatalog,
+                   lake: str) -> dict[int, list[str]]:
+    """Per keyless table of the batch that holds events written under a newer name (its
+    topic follows its name) while the lake has applied nothing of that name yet: the topics
+    of its earlier names.  Its changes under an earlier name may not all be in the batch
+    (a batch is bounded, and each topic is cut at its own offset), and a keyless table
+    applies its changes in order behind one watermark (streaming/multiset.py): applying the
+    newer ones first would leave the earlier ones behind the watermark, never applied."""
+    from streaming import multiset  # (it imports this module)
+
+    out = {}
+    for oid, found in summary.items():
+        spec = catalog.latest(oid)
+        if not multiset.keyless(spec):
+            continue
+        versions = catalog.versions(oid)  # oldest first
+        held = [s for s in versions if s.version in found.versions]
+        if not held:
+            continue
+        newest = max(held, key=lambda s: s.lsn)
+        began = newest.lsn  # where the name of the newest topic in the batch began
+        for earlier in reversed([s for s in versions if s.lsn <= newest.lsn]):
+            if earlier.topic != newest.topic:
+                break
+            began = earlier.lsn
+        topics = sorted({s.topic for s in versions if s.lsn < began} - {newest.topic})
+        if not topics:
+            continue
+        applied = [multiset.applied_through(spark, path, oid)
+                   for path in ownership.locations(catalog, oid, table_path, lake)
+                   if ownership.owner(spark, path) == oid]
+        watermark = max((a for a in applied if a is not None), default=None)
+        if watermark is None or watermark[0] <= began:
+            out[oid] = topics
+    return out
+
+
 def _lives(summary: dict[int, TableBatch], catalog: LakeCatalog) -> list[int]:
     """The batch's tables, each table's life before the next one's: a table dropped and
     created again under the same name is applied (and retired) before its successor."""
@@ -785,7 +824,8 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
                 app_id: str, changelog: bool = False, steps: Steps | None = None,
                 touched: set[str] | None = None, archive: bool = False,
-                threads: int = APPLY_THREADS) -> dict[str, int]:
+                threads: int = APPLY_THREADS,
+                earlier: Callable[[list[str]], Any] | None = None) -> dict[str, int]:
     """Apply one micro-batch; returns the changes applied per table.
 
     ``catalog``: the catalog (streaming/catalog.py: the catalog history replayed, with the
@@ -799,6 +839,10 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     under its name takes the location; a renamed table's lake table moves to its new name's
     location first (and after the batch, for renamed tables without events).
     ``touched``: if given, the location of every table the batch wrote is added to it.
+    ``earlier``: a bounded read of whole topics (the job's); a keyless table whose batch
+    holds changes under a newer name than changes of its the lake may lack
+    (:func:`earlier_topics`) gets those too, from the topics of its earlier names, before
+    the newer ones (the ones the lake held already are left out by its watermark).
 
     Tables whose lake tables are settled (not renamed, not dropped, no other table of the
     batch at their location) are applied ``threads`` at a time (:func:`_apply_tables`),
@@ -844,6 +888,21 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                 # name may carry a version the cache holds for the old one): read again
                 resolved = _resolved(catalog, set())
                 summary = summarize(events, resolved.log)
+        pulls = {} if earlier is None else earlier_topics(spark, summary, resolved, lake)
+        if pulls:
+            assert earlier is not None
+            with step("earlier"):
+                more = parse_envelopes(earlier(sorted({t for ts in pulls.values() for t in ts})),
+                                       resolved.log)
+                more = more.where(f"source.table_oid IN ({', '.join(map(str, sorted(pulls)))})")
+                merged = events.unionByName(more).coalesce(parallelism).persist()
+                events.unpersist()
+                events = merged
+                summary = summarize(events, resolved.log)
+            log.info("batch %d: changes of %s under their earlier names read again from %s, "
+                     "to be applied before the newer ones", batch_id,
+                     ", ".join(resolved.latest(oid).qualified_name for oid in sorted(pulls)),
+                     ", ".join(sorted({t for ts in pulls.values() for t in ts})))
         applied: dict[str, int] = {}
         # tables whose ownership is settled, applied together when the next table needs
         # an earlier one applied first (same location, a rename, a drop) and at the end

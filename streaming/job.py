@@ -129,6 +129,20 @@ def read_range(spark: Any, config: JobConfig, ranges: Ranges) -> Any:
     return reader.load()
 
 
+def read_topics(spark: Any, config: JobConfig, topics: list[str]) -> Any:
+    """Every record of ``topics`` now (a bounded batch read), as the stream reads them."""
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("subscribe", ",".join(topics))
+              .option("startingOffsets", "earliest")
+              .option("endingOffsets", "latest")
+              .option("failOnDataLoss", "true")
+              .option("includeHeaders", "true"))
+    for key, value in (config.kafka_options or {}).items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
 def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
     """The catalog history and every table version, from the catalog topics (one bounded
     batch read of both; the history's topic may not exist yet)."""
@@ -240,6 +254,9 @@ def start(spark: Any, config: JobConfig,
             cached[:] = [(now, catalog)]
         return cached[0][1]
 
+    def earlier(topics: list[str]) -> Any:
+        return read_topics(spark, config, topics)
+
     def each_batch(batch: Any, batch_id: int) -> None:
         steps = Steps(spark, batch_id)
         bound = config.max_offsets_per_trigger
@@ -262,7 +279,8 @@ def start(spark: Any, config: JobConfig,
                                catalog=catalog_for, lake=config.lake,
                                app_id=f"{identity}-piece{k + 1}of{len(split)}",
                                changelog=config.changelog, steps=steps, touched=touched,
-                               archive=config.archive_dropped, threads=config.apply_threads)
+                               archive=config.archive_dropped, threads=config.apply_threads,
+                               earlier=earlier)
             for name, count in done.items():
                 applied[name] = applied.get(name, 0) + count
             log.info("batch %d: piece %d of %d applied %s", batch_id, k + 1, len(split), done)
@@ -271,7 +289,7 @@ def start(spark: Any, config: JobConfig,
                                   lake=config.lake, app_id=identity,
                                   changelog=config.changelog, steps=steps, touched=touched,
                                   archive=config.archive_dropped,
-                                  threads=config.apply_threads)
+                                  threads=config.apply_threads, earlier=earlier)
         every = config.optimize_every
         if every and touched and (batch_id + 1) % every == 0:  # after the batch committed
             with steps("optimize"):

@@ -257,6 +257,13 @@ def _parse(raw: str | None) -> Position | None:
     return int(lsn), int(ordinal)
 
 
+def applied_through(spark: Any, path: str, oid: int) -> Position | None:
+    """The newest change applied to table ``oid``'s lake table at ``path`` (its watermark);
+    None when none was."""
+    cached = _APPLIED.get((path, oid))
+    return cached[0] if cached is not None else _stored_watermark(spark, path)[0]
+
+
 def _stored_watermark(spark: Any, path: str) -> tuple[Position | None, int | None]:
     """The table's watermark and load LSN; for a table written before this module (no
     occurrence column), the newest position among its rows, which the keyed path wrote."""
