@@ -313,15 +313,7 @@ class CatalogHistory:
             msg = (f"catalog append expected version {expected_version} but the latest is "
                    f"{latest.version}: a change was lost or applied twice")
             raise CatalogGapError(msg)
-        if lsn < latest.lsn:
-            msg = (f"catalog change at LSN {lsn} is older than version {latest.version} "
-                   f"({latest.lsn})")
-            raise CatalogGapError(msg)
-        entry = Entry(latest.version + 1, lsn, commit_time, change)
-        if self._file is not None:
-            self._file.append(entry)
-        self._extend((entry,))
-        return self._latest
+        return self.extend((Entry(latest.version + 1, lsn, commit_time, change),))
 
     def extend(self, entries: Sequence[Entry]) -> Catalog:
         """Record committed entries at once, each the version after the one before (the

@@ -891,9 +891,9 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         pulls = {} if earlier is None else earlier_topics(spark, summary, resolved, lake)
         if pulls:
             assert earlier is not None
+            topics = sorted({t for ts in pulls.values() for t in ts})
             with step("earlier"):
-                more = parse_envelopes(earlier(sorted({t for ts in pulls.values() for t in ts})),
-                                       resolved.log)
+                more = parse_envelopes(earlier(topics), resolved.log)
                 more = more.where(f"source.table_oid IN ({', '.join(map(str, sorted(pulls)))})")
                 merged = events.unionByName(more).coalesce(parallelism).persist()
                 events.unpersist()
@@ -902,7 +902,7 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
             log.info("batch %d: changes of %s under their earlier names read again from %s, "
                      "to be applied before the newer ones", batch_id,
                      ", ".join(resolved.latest(oid).qualified_name for oid in sorted(pulls)),
-                     ", ".join(sorted({t for ts in pulls.values() for t in ts})))
+                     ", ".join(topics))
         applied: dict[str, int] = {}
         # tables whose ownership is settled, applied together when the next table needs
         # an earlier one applied first (same location, a rename, a drop) and at the end

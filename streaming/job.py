@@ -108,6 +108,18 @@ def pieces(ranges: Ranges, bound: int) -> list[Ranges]:
     return out
 
 
+def _kafka_batch(spark: Any, config: JobConfig, options: dict[str, str]) -> Any:
+    """A bounded batch read of Kafka with ``options`` (which topics, from and to where),
+    with the job's servers and its Kafka options."""
+    reader = spark.read.format("kafka").option("kafka.bootstrap.servers",
+                                               config.bootstrap_servers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    for key, value in (config.kafka_options or {}).items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
 def read_range(spark: Any, config: JobConfig, ranges: Ranges) -> Any:
     """The records of ``ranges`` (a piece of a micro-batch), as the stream reads them."""
     topics: dict[str, list[int]] = {}
@@ -117,30 +129,17 @@ def read_range(spark: Any, config: JobConfig, ranges: Ranges) -> Any:
         topics.setdefault(topic, []).append(partition)
         starting.setdefault(topic, {})[str(partition)] = low
         ending.setdefault(topic, {})[str(partition)] = high
-    reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("assign", json.dumps(topics))
-              .option("startingOffsets", json.dumps(starting))
-              .option("endingOffsets", json.dumps(ending))
-              .option("failOnDataLoss", "true")
-              .option("includeHeaders", "true"))
-    for key, value in (config.kafka_options or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
+    return _kafka_batch(spark, config, {
+        "assign": json.dumps(topics), "startingOffsets": json.dumps(starting),
+        "endingOffsets": json.dumps(ending), "failOnDataLoss": "true",
+        "includeHeaders": "true"})
 
 
 def read_topics(spark: Any, config: JobConfig, topics: list[str]) -> Any:
     """Every record of ``topics`` now (a bounded batch read), as the stream reads them."""
-    reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribe", ",".join(topics))
-              .option("startingOffsets", "earliest")
-              .option("endingOffsets", "latest")
-              .option("failOnDataLoss", "true")
-              .option("includeHeaders", "true"))
-    for key, value in (config.kafka_options or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
+    return _kafka_batch(spark, config, {
+        "subscribe": ",".join(topics), "startingOffsets": "earliest",
+        "endingOffsets": "latest", "failOnDataLoss": "true", "includeHeaders": "true"})
 
 
 def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
@@ -148,14 +147,10 @@ def read_catalog(spark: Any, config: JobConfig) -> LakeCatalog:
     batch read of both; the history's topic may not exist yet)."""
     history_topic = catalog_history_topic(config.topic_prefix)
     topics = [catalog_topic(config.topic_prefix), history_topic]
-    reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribePattern", "|".join(f"^{re.escape(t)}$" for t in topics))
-              .option("startingOffsets", "earliest")
-              .option("endingOffsets", "latest"))
-    for key, value in (config.kafka_options or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
-    rows = sorted(reader.load().selectExpr("topic", "offset", "CAST(value AS STRING) AS v")
+    records = _kafka_batch(spark, config, {
+        "subscribePattern": "|".join(f"^{re.escape(t)}$" for t in topics),
+        "startingOffsets": "earliest", "endingOffsets": "latest"})
+    rows = sorted(records.selectExpr("topic", "offset", "CAST(value AS STRING) AS v")
                   .where("v IS NOT NULL").collect(), key=lambda r: (r["topic"], r["offset"]))
     specs = [TableSpec.from_json(r["v"]) for r in rows if r["topic"] != history_topic]
     history = replay(r["v"] for r in rows if r["topic"] == history_topic)
