@@ -30,7 +30,7 @@ field's own name is an Avro name).
 
 A catalog record (key :func:`catalog_key`, value a JSON object) is a table version as
 snapshot_builder/catalog.py ``TableVersion.to_dict`` writes it (the ``CATALOG_*`` keys up to
-:data:`CATALOG_PARTITION_PARENT`, each column an object of the ``COLUMN_*`` keys), extended
+:data:`CATALOG_PUBLISHED`, each column an object of the ``COLUMN_*`` keys), extended
 by the sink with :data:`CATALOG_LSN`, :data:`CATALOG_TOPIC`, :data:`CATALOG_VALUE_FORMAT`
 (the format header of its events) and, for Avro, :data:`CATALOG_KEY_SCHEMA`,
 :data:`CATALOG_VALUE_SCHEMA` (the writer schemas, JSON text) and, for typed Avro,
@@ -102,6 +102,7 @@ CATALOG_REPLICA_IDENTITY: Final = "replica_identity"  # pg_class.relreplident
 CATALOG_COLUMNS: Final = "columns"
 CATALOG_COMMENT: Final = "comment"  # optional, as the one below
 CATALOG_PARTITION_PARENT: Final = "partition_parent"
+CATALOG_PUBLISHED: Final = "published"  # optional: false for a table outside the publication
 # ... as the sink publishes it
 CATALOG_LSN: Final = "lsn"
 CATALOG_TOPIC: Final = "topic"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -679,12 +679,14 @@ class Pipeline:
         txn = self.reorder.current
         if txn is not None:
             rewritten = self.builder.rewritten
+            entered = self.builder.entered
             detached = self.builder.detach_partitions()
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
             self.builder.commit(txn.commit_lsn, txn.commit_time)
-            if rewritten:  # requested before the commit can be acknowledged
-                self._read_again(rewritten, txn.commit_lsn)
+            if rewritten or entered:  # requested before the commit can be acknowledged
+                self._read_again({**dict.fromkeys(entered, "entered the publication"),
+                                  **rewritten}, txn.commit_lsn, whole=entered)
             for departure in detached:
                 self._detached(departure, txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
@@ -693,30 +695,34 @@ class Pipeline:
         self.sink.end_transaction(end_lsn)
         self.progress.transactions += 1
 
-    def _read_again(self, rewritten: dict[int, str], commit_lsn: int) -> None:
+    def _read_again(self, rewritten: dict[int, str], commit_lsn: int, *,
+                    whole: Set[int] = frozenset()) -> None:
         """Tables whose stored rows a committed DDL changed with no row change in the WAL
         (a default given to existing rows, a rewrite): the stream alone would leave their
         old values downstream, so each published one is read again by an incremental
         snapshot (its read events carry the new values).  Requested before the commit is
         acknowledged, so a crash in between requests it again.  A table without a key is
-        read whole (a truncate, then every row; see loads/incremental.py)."""
+        read whole (a truncate, then every row; see loads/incremental.py), and so is one in
+        ``whole`` (a table put into the publication: its lake table, left from before it
+        left the publication, may hold rows deleted since)."""
         for oid, reason in sorted(rewritten.items()):
             table = self.builder.table(oid)
             if table is None:
                 continue  # dropped since
             name = _name(table)
             keyed = table.replica_identity in ("d", "i") and bool(table.key_columns)
+            why = "" if keyed and oid not in whole else \
+                " whole (" + ("no key" if not keyed else "rows may have left it") + ")"
             if self._incremental is not None:
-                self._incremental.read_again(name, oid)
+                self._incremental.read_again(name, oid, whole=oid in whole)
                 action = "read_again"
                 log.info("DDL at %s changed the stored rows of %s (%s): reading it again%s",
                          format_lsn(commit_lsn), table.qualified_name, reason,
-                         "" if keyed else " whole (no key: its writers wait on a SHARE lock)")
+                         why and f"{why[:-1]}: its writers wait on a SHARE lock)")
             else:
                 action = "not_followed"
                 fix = ("run pgcdc with --incremental-snapshots to have it read again "
-                       "automatically" + ("" if keyed else " (whole: it has no key)")
-                       + ", or re-load the table")
+                       f"automatically{why}, or re-load the table")
                 log.warning("DDL at %s changed the stored rows of %s (%s) without row "
                             "changes in the WAL: the stream does not carry the new values "
                             "and the table downstream differs from the source; %s",
@@ -737,8 +743,8 @@ class Pipeline:
         again = departure.how == "detached"  # a dropped or truncated one holds no rows
         if self._incremental is not None:
             self._incremental.read_again(_name(root), root.oid, whole=True)
-            if again:
-                self._incremental.read_again(_name(partition), partition.oid)
+            if again:  # whole: its lake table may hold rows deleted while it was attached
+                self._incremental.read_again(_name(partition), partition.oid, whole=True)
             action = "read_again"
             log.info("DDL at %s: %s: reading %s again whole if published via its root%s",
                      format_lsn(commit_lsn), what, root.qualified_name,

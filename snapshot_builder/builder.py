@@ -64,6 +64,7 @@ from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.ddl import (
     RewriteTable,
     TruncatedPartition,
+    entered,
     parse_message,
     publishes,
     rows_rewritten,
@@ -142,6 +143,7 @@ class SnapshotBuilder:
         self._pending: list[Change] = []
         self._rewritten: dict[int, str] = {}  # table OID -> why its rows changed (see on_ddl)
         self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
+        self._entered: set[int] = set()  # table OIDs the open transaction put into it
         # the same for every table described since pgcdc started (committed transactions)
         self._membership: dict[int, bool] = {}
         # partitions truncated alone: ancestor OID -> in the publication (None: unknown)
@@ -386,6 +388,11 @@ class SnapshotBuilder:
                 for ancestor in self._ancestors(parent):
                     self._rewritten.setdefault(ancestor, why)
             self._published[oid] = publishes(content, self.publication) is not False
+            if entered(content, self.publication) or previous is not None \
+                    and not previous.published and change.table.published:
+                # added to the publication, or back in it (detached from a root that is
+                # published via the root): rows it never sent as its own
+                self._entered.add(oid)
             self._overlay[oid] = change.table
             self._pending.append(change)
             return change.table
@@ -525,8 +532,10 @@ class SnapshotBuilder:
                     continue  # still its partition
             elif self._overlay.get(parent) is None:
                 continue  # its parent not described (or dropped with it)
-            else:  # the parent's description left it out
-                now = replace(table, partition_parent=None)
+            else:  # the parent's description left it out; published on its own, as far
+                # as the stream can tell (it is read again: a read of a table the
+                # publication leaves out ends at once, and the lake holds nothing of it)
+                now = replace(table, partition_parent=None, published=True)
                 self._overlay[oid] = now
                 self._pending.append(PutTable(now))
             for ancestor in self._ancestors(parent):
@@ -551,11 +560,19 @@ class SnapshotBuilder:
         return {oid: reason for oid, reason in self._rewritten.items()
                 if self._published.get(oid, True)}
 
+    @property
+    def entered(self) -> set[int]:
+        """The tables the open transaction's DDL put into the publication (added to it,
+        their column list changed, or back in it): their rows were never sent as theirs,
+        and a lake table they left behind may hold rows deleted since."""
+        return {oid for oid in self._entered if self._published.get(oid, True)}
+
     def rollback(self) -> None:
         """Forget the open transaction's DDL (a reconnect resends the transaction)."""
         self._rewritten.clear()
         self._truncated.clear()
         self._published.clear()
+        self._entered.clear()
         if self._pending or self._overlay or self._type_overlay:
             self.changes_in_transaction += 1
             self._pending.clear()

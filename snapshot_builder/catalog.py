@@ -101,6 +101,10 @@ class TableVersion:
     columns: tuple[Column, ...]
     comment: str | None = None
     partition_parent: int | None = None
+    # False: the table is not in pgcdc's publication (the DDL trigger said so); its rows
+    # are not sent as its own (a partition attached under a publication that publishes
+    # via the root, a table dropped from the publication), so the lake retires its table
+    published: bool = True
     layout: str = field(init=False)
     meta: str = field(init=False)
     # derived from ``columns`` once, since every encoded event asks for it
@@ -127,12 +131,14 @@ class TableVersion:
             meta += [extras, self.comment, self.partition_parent]
         if not legacy and any(c.attnum is not None for c in self.columns):
             meta.append([c.attnum for c in self.columns])
+        if not self.published:
+            meta.append("unpublished")
         return _fingerprint(layout), _fingerprint(meta)
 
     @classmethod
     def _restore(cls, oid: int, schema: str, name: str, replica_identity: str,
                  columns: tuple[Column, ...], comment: str | None, partition_parent: int | None,
-                 layout: str, meta: str) -> TableVersion:
+                 layout: str, meta: str, *, published: bool = True) -> TableVersion:
         """A stored version as it was written, fingerprints not recomputed (see
         :meth:`verify`): loading a long history is dominated by them otherwise."""
         table = object.__new__(cls)
@@ -144,6 +150,7 @@ class TableVersion:
         put(table, "columns", columns)
         put(table, "comment", comment)
         put(table, "partition_parent", partition_parent)
+        put(table, "published", published)
         put(table, "layout", layout)
         put(table, "meta", meta)
         put(table, "key_columns", tuple(c for c in columns if c.is_key))
@@ -189,6 +196,7 @@ class TableVersion:
             **({wire.CATALOG_COMMENT: self.comment} if self.comment is not None else {}),
             **({wire.CATALOG_PARTITION_PARENT: self.partition_parent}
                if self.partition_parent is not None else {}),
+            **({} if self.published else {wire.CATALOG_PUBLISHED: False}),
         }
 
     def same_layout(self, other: TableVersion) -> bool:
@@ -227,18 +235,20 @@ def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersio
         data[wire.CATALOG_NAME]
     identity = data[wire.CATALOG_REPLICA_IDENTITY]
     comment, parent = data.get(wire.CATALOG_COMMENT), data.get(wire.CATALOG_PARTITION_PARENT)
+    published = data.get(wire.CATALOG_PUBLISHED, True) is not False
     if not verify and isinstance(stored, str) and isinstance(layout, str):
         head, dot, meta = stored.partition(".")
         if dot and head == layout:
             return TableVersion._restore(oid, schema, name, identity, columns, comment, parent,
-                                         layout, meta)
-    table = TableVersion(oid, schema, name, identity, columns, comment, parent)
+                                         layout, meta, published=published)
+    table = TableVersion(oid, schema, name, identity, columns, comment, parent, published)
     if stored is not None and stored != table.version:
         layout, meta = table._fingerprints(legacy=True)
         if stored == f"{layout}.{meta}":  # written before attnums counted: kept as written
             return TableVersion._restore(table.oid, table.schema, table.name,
                                          table.replica_identity, columns, table.comment,
-                                         table.partition_parent, layout, meta)
+                                         table.partition_parent, layout, meta,
+                                         published=published)
         msg = (f"table {schema}.{name} was stored as version {stored} "
                f"but its definition gives {table.version}")
         raise VersionMismatchError(msg)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import psycopg
@@ -241,7 +241,8 @@ BEGIN
     PERFORM pgcdc.watch_truncate(rel);
     PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
         jsonb_build_object('op', 'put', 'table', definition,
-                           'publications', pgcdc.column_lists(rel))::text);
+                           'publications', pgcdc.column_lists(rel),
+                           'entered', current_setting('pgcdc.entering', true) = 'on')::text);
     FOR part IN SELECT inhrelid FROM pg_inherits WHERE inhparent = rel LOOP
         PERFORM pgcdc.emit_table(part);
     END LOOP;
@@ -295,12 +296,26 @@ BEGIN
             PERFORM pgcdc.emit_type(c.reltype) FROM pg_class c
              WHERE c.oid = r.objid AND c.relkind = 'c';
         ELSIF r.classid = 'pg_publication_rel'::regclass THEN
-            -- a table added to a publication, or its column list changed
+            -- a table added to a publication, or its column list changed: its rows (or
+            -- the columns) enter it with no row change (``entered``: pgcdc reads it again)
+            PERFORM set_config('pgcdc.entering', 'on', true);
             PERFORM pgcdc.emit_table(pr.prrelid) FROM pg_publication_rel pr
              WHERE pr.oid = r.objid;
+            PERFORM set_config('pgcdc.entering', 'off', true);
         ELSIF r.classid = 'pg_publication'::regclass THEN
             PERFORM pgcdc.emit_table(pr.prrelid) FROM pg_publication_rel pr
              WHERE pr.prpubid = r.objid;
+            -- publish_via_partition_root set or reset: every partition tree changes hands
+            PERFORM pgcdc.emit_table(c.oid) FROM pg_class c
+             WHERE c.relkind = 'p' AND NOT c.relispartition
+               AND c.relnamespace::regnamespace::text NOT IN ('pg_catalog', 'pgcdc');
+        ELSIF r.classid = 'pg_publication_namespace'::regclass THEN
+            -- ADD TABLES IN SCHEMA: each of its tables enters the publication
+            PERFORM set_config('pgcdc.entering', 'on', true);
+            PERFORM pgcdc.emit_table(c.oid) FROM pg_publication_namespace pn
+              JOIN pg_class c ON c.relnamespace = pn.pnnspid
+             WHERE pn.oid = r.objid AND c.relkind IN ('r', 'p');
+            PERFORM set_config('pgcdc.entering', 'off', true);
         ELSIF r.classid = 'pg_type'::regclass THEN
             PERFORM pgcdc.emit_type(r.objid);
             FOR rel IN SELECT DISTINCT a.attrelid FROM pg_attribute a
@@ -322,6 +337,19 @@ BEGIN
              WHERE classid = 'pg_class'::regclass AND object_type = 'table' LOOP
         PERFORM pg_logical_emit_message(true, 'pgcdc.ddl',
             jsonb_build_object('op', 'drop', 'oid', r.objid::bigint)::text);
+    END LOOP;
+    -- a table (or a schema's tables) dropped from a publication (ALTER PUBLICATION ... DROP,
+    -- SET): described again, with the publications it is in now (none left: DROP TABLE)
+    FOR r IN SELECT address_names FROM pg_event_trigger_dropped_objects()
+             WHERE classid = 'pg_publication_rel'::regclass LOOP
+        PERFORM pgcdc.emit_table(to_regclass(format('%I.%I', r.address_names[1],
+                                                    r.address_names[2])));
+    END LOOP;
+    FOR r IN SELECT address_names FROM pg_event_trigger_dropped_objects()
+             WHERE classid = 'pg_publication_namespace'::regclass LOOP
+        PERFORM pgcdc.emit_table(c.oid) FROM pg_class c
+         WHERE c.relnamespace = to_regnamespace(quote_ident(r.address_names[1]))
+           AND c.relkind IN ('r', 'p');
     END LOOP;
     -- every dropped type; pgcdc ignores those it never captured (tables' row types)
     FOR r IN SELECT objid FROM pg_event_trigger_dropped_objects()
@@ -542,6 +570,14 @@ def publishes(content: bytes, publication: str | None) -> bool | None:
     return publication in lists
 
 
+def entered(content: bytes, publication: str | None) -> bool:
+    """Whether a ``put`` message describes a table added to ``publication`` (or its column
+    list changed) by this command: its rows entered the publication unseen."""
+    data = json.loads(content)
+    return bool(data.get("entered")) and publication is not None \
+        and publication in (data.get("publications") or {})
+
+
 def parse_message(content: bytes, publication: str | None = None) \
         -> Change | RewriteTable | TruncatedPartition:
     """The catalog change one ``pgcdc.ddl`` message describes; a table as ``publication``
@@ -551,6 +587,9 @@ def parse_message(content: bytes, publication: str | None = None) \
         if data["op"] == "put":
             table = table_from_dict(data["table"])
             lists = data.get("publications") or {}
+            if publication is not None and data.get("publications") is not None \
+                    and publication not in lists:  # left out (an attached partition, say)
+                return PutTable(replace(table, published=False))
             return PutTable(published_columns(table, lists.get(publication)))
         if data["op"] == "drop":
             return DropTable(int(data["oid"]))

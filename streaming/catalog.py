@@ -95,7 +95,9 @@ class Life:
     oid: int
     born: int  # the LSN of its first version the history holds
     versions: tuple[tuple[int, TableVersion], ...]  # (LSN, version), oldest first
-    dropped: int | None  # the LSN of its drop, if dropped
+    # the LSN of its drop, if dropped, or where it left the publication, if it is out of
+    # it since (a partition attached under a publication via the root): gone for the lake
+    dropped: int | None
 
 
 def _lives(history: CatalogHistory) -> dict[int, Life]:
@@ -115,6 +117,12 @@ def _lives(history: CatalogHistory) -> dict[int, Life]:
         if not versions:
             continue
         dropped = steps[-1][0] if steps[-1][1] is None else None
+        if dropped is None and not versions[-1][1].published:
+            # out of the publication since the first of its last unpublished versions
+            for lsn, table in reversed(versions):
+                if table.published:
+                    break
+                dropped = lsn
         lives[oid] = Life(oid, steps[0][0], versions, dropped)
     return lives
 

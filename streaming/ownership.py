@@ -179,8 +179,9 @@ def retire(spark: Any, path: str, oid: int, *, lake: str, archive: bool = False)
     # Delta caches each table's log by location; a table created there next starts afresh
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     _RETIRED.add((path, oid))
-    log.warning("lake table %s of table oid %d %s: the source table was dropped or replaced",
-                path, oid, f"moved to {destination}" if destination else "dropped")
+    log.warning("lake table %s of table oid %d %s: the source table was dropped, replaced, "
+                "or left the publication", path, oid,
+                f"moved to {destination}" if destination else "dropped")
 
 
 # --- renames -------------------------------------------------------------------------------

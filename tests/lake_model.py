@@ -579,11 +579,8 @@ class LakeModel(RuleBasedStateMachine):
         """A table of the root's columns (``LIKE``: its own column order where the root
         has dropped columns), with rows, attached as a new partition: its rows join the root
         with no row change in the WAL; then rows written into the partition itself.
-
-        Published via the root, the table is given rows only once attached: one published
-        on its own with rows and then attached keeps a lake table of its own, which the
-        source no longer publishes (a known gap, issue 15: pgcdc does not yet tell the lake
-        that a table left the publication)."""
+        Published via the root, the table leaves the publication when attached (its rows
+        published on their own before): the lake retires its own table."""
         table = self._partitioned(pick)
         assert table is not None and table.partitions is not None
         i = max(table.partitions.values()) + 1
@@ -591,7 +588,7 @@ class LakeModel(RuleBasedStateMachine):
         self.program.run(sql.SQL("CREATE TABLE {} (LIKE {})").format(
             _ident(name), _ident(table.name)))
         table.partitions[name] = i
-        if rows and not self.via_root:
+        if rows:
             self.program.run(self._rows(table, rows, into=name))
         self.program.run(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})")
                          .format(_ident(table.name), _ident(name), i * 10, i * 10 + 10))

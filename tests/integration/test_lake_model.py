@@ -47,6 +47,15 @@ def test_the_lake_equals_the_source_after_random_programs(
                                                                     shrink=SHRINK))
 
 
+# a partitioned table published via its root, and a table of its own with rows (q)
+_VIA_ROOT = [
+    "ALTER PUBLICATION pgcdc SET (publish_via_partition_root = true)",
+    "CREATE TABLE r (id int, k int, a int, PRIMARY KEY (id, k)) PARTITION BY RANGE (k)",
+    "CREATE TABLE r0 PARTITION OF r FOR VALUES FROM (0) TO (10)",
+    "INSERT INTO r SELECT g, g % 10, g FROM generate_series(1, 5) g",
+    "CREATE TABLE q (LIKE r)", "ALTER TABLE q ADD PRIMARY KEY (id, k)",
+    "INSERT INTO q SELECT g, 10 + g % 10, g FROM generate_series(1, 6) g"]
+
 # Programs the model found, shrunk by hand, kept as they are (CAPTURE and APPLY: where the
 # program captured and applied).  Each failed before its fix; none is expected to fail now.
 REGRESSIONS = {
@@ -128,6 +137,24 @@ REGRESSIONS = {
         "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t SELECT g % 3, ROW(g % 3, 'p')::pair FROM generate_series(1, 6) g",
         "ALTER TYPE pair ADD ATTRIBUTE x int"],
+    # issue 15: a table leaving the publication kept its lake table, one entering it never
+    # had its rows read; each failed before (a lake table the source does not publish; 8
+    # lake rows for 7)
+    "a table with rows attached under a root published via the root":
+        [*_VIA_ROOT, APPLY, "ALTER TABLE r ATTACH PARTITION q FOR VALUES FROM (10) TO (20)",
+         "INSERT INTO r VALUES (30, 15, 30)"],
+    "attached, rows deleted through the root, detached":
+        [*_VIA_ROOT, APPLY, "ALTER TABLE r ATTACH PARTITION q FOR VALUES FROM (10) TO (20)",
+         "DELETE FROM r WHERE id = 2", "INSERT INTO r VALUES (30, 15, 30)",
+         "ALTER TABLE r DETACH PARTITION q", "INSERT INTO q VALUES (31, 16, 31)"],
+    "tables dropped from and added to a publication by table list": [
+        "CREATE SCHEMA side", "CREATE TABLE t (id int PRIMARY KEY, a int)",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 5) g",
+        "CREATE TABLE side.w (id int PRIMARY KEY, a int)",
+        "INSERT INTO side.w SELECT g, g FROM generate_series(1, 5) g",
+        "DROP PUBLICATION pgcdc", "CREATE PUBLICATION pgcdc FOR TABLE t", CAPTURE, APPLY,
+        "ALTER PUBLICATION pgcdc DROP TABLE t", "DELETE FROM t WHERE id = 1",
+        "ALTER PUBLICATION pgcdc ADD TABLES IN SCHEMA side", "INSERT INTO side.w VALUES (6, 6)"],
 }
 
 

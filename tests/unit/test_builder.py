@@ -453,3 +453,42 @@ def test_a_partition_moved_to_another_root_or_dropped_leaves_its_root(tmp_path: 
     restarted.on_ddl(_ddl("drop", oid=2))
     assert [(r.oid, p.oid, h) for r, p, h in restarted.detach_partitions()] == \
         [(4, 2, "dropped")]
+
+
+def test_publication_membership_is_recorded_and_entries_are_read_again(
+        tmp_path: Path) -> None:
+    """Issue 15: a table the trigger describes outside the publication gets a version
+    ``published=False`` (attached under a root published via the root: the lake retires
+    its own table); one put back in it, or added to it (``entered``), is read again."""
+    builder = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    builder.start_consistent([], 10)
+    builder.on_ddl(_part(1, None, True))  # the root, published via the root
+    builder.on_ddl(_part(2, 1, False))
+    builder.on_ddl(_part(3, None, True))  # a table of its own, with rows
+    assert builder.entered == set()
+    builder.commit(100, 0)
+    builder.on_ddl(_part(1, None, True))  # ATTACH PARTITION t3
+    builder.on_ddl(_part(3, 1, False))
+    assert set(builder.rewritten) == {1} and builder.entered == set()
+    builder.commit(200, 0)
+    attached = builder.history.latest.table(3)
+    assert attached is not None and not attached.published
+    assert builder.history.latest.table(1).published  # type: ignore[union-attr]
+    builder.on_ddl(_part(1, None, True))  # DETACH PARTITION t3: not described after it
+    builder.on_ddl(_part(2, 1, False))
+    assert [(r.oid, p.oid, p.published) for r, p, _ in builder.detach_partitions()] == \
+        [(1, 3, True)]  # published on its own again, as far as the stream can tell
+    builder.commit(300, 0)
+    assert builder.history.latest.table(3).published  # type: ignore[union-attr]
+    builder.on_ddl(_part(3, None, False))  # ALTER PUBLICATION ... DROP TABLE t3
+    assert builder.entered == set()
+    builder.commit(400, 0)
+    builder.on_ddl(_part(3, None, True))  # back in, described without ``entered``
+    assert builder.entered == {3}
+    builder.commit(500, 0)
+    entering = json.loads(_part(4, None, True))
+    builder.on_ddl(json.dumps({**entering, "entered": True}).encode())  # ADD TABLE t4
+    assert builder.entered == {4}
+    builder.rollback()
+    builder.on_ddl(json.dumps({**json.loads(_part(4, None, False)), "entered": True}).encode())
+    assert builder.entered == set()  # added to another publication

@@ -3,13 +3,14 @@ resolved through it (pure logic, no Spark session)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from core.wire import table_name, topic_name
-from snapshot_builder.catalog import Column, TableVersion
+from snapshot_builder.catalog import Column, TableVersion, table_from_dict
 from snapshot_builder.datatype import TypeVersion
 from snapshot_builder.history import (
     CatalogHistory,
@@ -227,3 +228,26 @@ def test_lives_are_ordered_by_birth_not_by_oid() -> None:
     assert _lives(summary, catalog) == [40000, 16384]
     where = {"path": f"lake/{table_name('public', NAME)}", "name": f"public.{NAME}"}
     assert replaces(16384, 40000, catalog, **where)
+
+
+def test_a_table_out_of_the_publication_is_gone_for_the_lake_until_it_is_back() -> None:
+    """Issue 15: a table attached under a publication via the root (or dropped from the
+    publication) is described ``published: false``; the lake retires its table where it
+    left, as for a drop, and keeps it when it is back in (read again then)."""
+    t = _table(16400, "ev")
+    out, back = dataclasses.replace(t, published=False), dataclasses.replace(t, published=True)
+    assert out.version != t.version == back.version
+    assert out.to_dict()["published"] is False and "published" not in t.to_dict()
+    assert table_from_dict(out.to_dict()) == out
+    assert table_from_dict(out.to_dict(), verify=False) == out
+    entries = [Entry(1, 100, 0, PutTable(t)), Entry(2, 300, 0, PutTable(out)),
+               Entry(3, 400, 0, PutTable(dataclasses.replace(out, comment="x")))]
+    left = _catalog([e.to_json() for e in entries], [_record(t, 100)])
+    assert left.dropped(16400) == 300 and [s.oid for s, _ in left.drops()] == [16400]
+    assert left.resolve(16400, 299) is not None and left.tables() == []
+    entries.append(Entry(4, 500, 0, PutTable(back)))
+    returned = _catalog([e.to_json() for e in entries], [_record(t, 100)])
+    assert returned.dropped(16400) is None and returned.drops() == []
+    assert [s.oid for s in returned.tables()] == [16400]
+    never = _catalog([Entry(1, 100, 0, PutTable(out)).to_json()], [])
+    assert never.drops() == [] and never.tables() == []  # no events ever: no lake table
