@@ -18,7 +18,9 @@ What differs:
    row with the stream's own decoders (chunk_reader.row_builder over a registry of the
    custom types read under the snapshot) and hands it on as the Avro sink would encode it
    (bool, int, long, float, double and bytes typed, every other value as
-   :func:`sinks.envelope.text_of` writes it); the driver turns the rows into the envelope
+   :func:`sinks.envelope.text_of` writes it), in Arrow record batches (``mapInArrow``:
+   columnar batches cross to the JVM whole, not row by row); the driver turns the rows
+   into the envelope
    the stream's apply reads (``after`` a map of texts, exactly as streaming/apply.py's
    Avro decoding builds it) and types them with the stream's own :func:`~streaming.apply.shape`,
    so a value loaded in bulk lands as the same Spark value as one streamed through Kafka;
@@ -158,10 +160,49 @@ def avro_row(table: TableVersion) -> Callable[[dict[str, Any]], tuple[Any, ...]]
     return values
 
 
+# the Arrow type of each of the Avro sink's Spark types (_AVRO_SPARK), by name
+_ARROW = {"boolean": "bool_", "int": "int32", "bigint": "int64", "float": "float32",
+          "double": "float64", "binary": "binary", "string": "string"}
+
+# rows per Arrow batch a task hands to the JVM
+ARROW_BATCH_ROWS = 8192
+
+
+def arrow_batches(setup: _Setup, chunks: list[tuple[int, int, int | None]],
+                  batches: Iterator[Any]) -> Iterator[Any]:
+    """One Spark task (``mapInArrow``): the chunks whose numbers its input batches hold,
+    read by :func:`read_chunk`, as Arrow record batches of :data:`ARROW_BATCH_ROWS` rows:
+    the Avro sink's values in column order, then the row's ordinal.  Columnar batches cross
+    to the JVM in one piece each, where rows pickled one by one cost most of the load."""
+    import pyarrow as pa
+
+    table = setup.table.table
+    types = [getattr(pa, _ARROW[_AVRO_SPARK.get(c.type_name, "string")])()
+             for c in table.columns] + [pa.int64()]
+    names = [f"c{i}" for i in range(len(table.columns))] + ["_ordinal"]
+    for batch in batches:
+        wanted = [chunks[i] for i in batch.column(0).to_pylist()]
+        rows: list[tuple[Any, ...]] = []
+        for row in read_chunk(setup, iter(wanted)):
+            rows.append(row)
+            if len(rows) == ARROW_BATCH_ROWS:
+                yield _batch(pa, rows, types, names)
+                rows = []
+        if rows:
+            yield _batch(pa, rows, types, names)
+
+
+def _batch(pa: Any, rows: list[tuple[Any, ...]], types: list[Any], names: list[str]) -> Any:
+    columns = zip(*rows, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, type=kind) for values, kind in zip(columns, types, strict=True)],
+        names=names)
+
+
 def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
                ) -> Iterator[tuple[Any, ...]]:
-    """One Spark task: the rows of its chunks, each as the Avro sink's values then the
-    row's ordinal; on its own connection, inside the load's snapshot."""
+    """The rows of a task's chunks, each as the Avro sink's values then the row's ordinal;
+    on its own connection, inside the load's snapshot."""
     table = setup.table.table
     values = avro_row(table)
     with psycopg.connect(setup.dsn, autocommit=True, options=setup.options,
@@ -196,9 +237,11 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     # earlier attempt (whose delta read ChunkTask.since would ask for) has its commit, and
     # a table read again has none (its lake table was removed since): nothing of it is kept
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
-    rdd = spark.sparkContext.parallelize(chunks, max(len(chunks), 1)).mapPartitions(
-        partial(read_chunk, setup))
-    rows = spark.createDataFrame(rdd, schema, verifySchema=False)  # typed by read_chunk
+    # one task per chunk: a range of chunk numbers, each partition reading its own
+    rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
+        partial(arrow_batches, setup, chunks), StructType(
+            [StructField(f"c{i}", f.dataType) for i, f in enumerate(schema.fields[:-1])]
+            + [schema.fields[-1]])).toDF(*fields, "_ordinal")
     texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
              for f, k in zip(fields, kinds, strict=True)]
     names = ", ".join(sql_text.literal(c.name) for c in table.columns)

@@ -595,6 +595,16 @@ class LakeModel(RuleBasedStateMachine):
         if rows:
             self.program.run(self._rows(table, rows, into=name))
 
+    @precondition(lambda self: any(t.partitions for t in self.tables.values()))
+    @rule()
+    def toggle_via_root(self) -> None:
+        """``publish_via_partition_root`` changed with partitioned tables published: each
+        root and its partitions change places in the publication (the root's rows published
+        as its own, or its partitions' as theirs), with no row change in the WAL."""
+        self.via_root = not self.via_root
+        self.program.run("ALTER PUBLICATION pgcdc SET (publish_via_partition_root = "
+                         f"{str(self.via_root).lower()})")
+
     @precondition(lambda self: any(t.partitions and len(t.partitions) > 1
                                    for t in self.tables.values()))
     @rule(pick=st.integers(0, 99), which=st.integers(0, 9),

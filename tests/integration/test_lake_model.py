@@ -147,6 +147,11 @@ REGRESSIONS = {
         [*_VIA_ROOT, APPLY, "ALTER TABLE r ATTACH PARTITION q FOR VALUES FROM (10) TO (20)",
          "DELETE FROM r WHERE id = 2", "INSERT INTO r VALUES (30, 15, 30)",
          "ALTER TABLE r DETACH PARTITION q", "INSERT INTO q VALUES (31, 16, 31)"],
+    "publish_via_partition_root changed both ways":
+        [*_VIA_ROOT[:4], APPLY, "ALTER PUBLICATION pgcdc SET (publish_via_partition_root = false)",
+         "DELETE FROM r WHERE id = 1", "INSERT INTO r VALUES (30, 5, 30)", CAPTURE, APPLY,
+         "ALTER PUBLICATION pgcdc SET (publish_via_partition_root = true)",
+         "DELETE FROM r WHERE id = 2", "INSERT INTO r VALUES (31, 6, 31)"],
     "tables dropped from and added to a publication by table list": [
         "CREATE SCHEMA side", "CREATE TABLE t (id int PRIMARY KEY, a int)",
         "INSERT INTO t SELECT g, g FROM generate_series(1, 5) g",
