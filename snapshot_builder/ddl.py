@@ -305,10 +305,14 @@ BEGIN
         ELSIF r.classid = 'pg_publication'::regclass THEN
             PERFORM pgcdc.emit_table(pr.prrelid) FROM pg_publication_rel pr
              WHERE pr.prpubid = r.objid;
-            -- publish_via_partition_root set or reset: every partition tree changes hands
-            PERFORM pgcdc.emit_table(c.oid) FROM pg_class c
-             WHERE c.relkind = 'p' AND NOT c.relispartition
-               AND c.relnamespace::regnamespace::text NOT IN ('pg_catalog', 'pgcdc');
+            -- publish_via_partition_root set or reset: every partition tree changes hands;
+            -- a publication of all tables (created, say): every table is in it
+            PERFORM pgcdc.emit_table(c.oid) FROM pg_class c, pg_publication p
+             WHERE p.oid = r.objid AND NOT c.relispartition
+               AND (c.relkind = 'p' OR c.relkind = 'r' AND p.puballtables)
+               AND c.relpersistence = 'p'
+               AND c.relnamespace::regnamespace::text
+                   NOT IN ('pg_catalog', 'information_schema', 'pgcdc');
         ELSIF r.classid = 'pg_publication_namespace'::regclass THEN
             -- ADD TABLES IN SCHEMA: each of its tables enters the publication
             PERFORM set_config('pgcdc.entering', 'on', true);
