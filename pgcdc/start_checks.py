@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+from psycopg import sql
 
 from core.errors import TerminalError
 from decoder.slot import check_identity, check_wal_level, ensure_publication
@@ -87,6 +88,25 @@ def checked_publication(conn: Conn, publication: str, tables: list[str] | None, 
         check_identity(conn, publication)
         check_privileges(conn, publication, capture_ddl=capture_ddl)
         warn_generated_columns(conn, publication)
+        warn_unpublished_operations(conn, publication)
+
+
+def warn_unpublished_operations(conn: Conn, publication: str) -> list[str]:
+    """Say which operations the publication leaves out (``WITH (publish = ...)``): their
+    changes never reach Kafka, so a deleted row (say) stays in the lake, which is then no
+    clone of the source.  Returns them (none: every operation is published)."""
+    row = conn.execute("SELECT pubinsert, pubupdate, pubdelete, pubtruncate "
+                       "FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+    if row is None:
+        return []
+    missing = [op for op, published in zip(("insert", "update", "delete", "truncate"), row,
+                                           strict=True) if not published]
+    if missing:
+        log.warning("publication %s does not publish %s: those changes never reach Kafka, and "
+                    "the lake keeps what they changed (no clone of the source); publish them: "
+                    "ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')",
+                    publication, ", ".join(missing), sql.Identifier(publication).as_string(conn))
+    return missing
 
 
 _GENERATED = """

@@ -10,7 +10,10 @@ dropped, dropped and created again, savepoints rolled back with DDL inside, prep
 transactions committed and rolled back with DDL inside, tables moved to another schema
 and back (``SET SCHEMA``), columns of the program's own types (an enum given new labels, one
 of them renamed; a domain; a composite given new attributes, which
-changes every stored value of it without a row change in the WAL); between steps pgcdc
+changes every stored value of it without a row change in the WAL), partitioned tables (range
+partitions, key updates moving rows between them, tables attached with rows, partitions
+detached, dropped and truncated alone; each program's publication via the root or not, the
+setting flipped while partitioned tables are published); between steps pgcdc
 captures what was written (a new pipeline each time, so every capture is a restart on the
 persisted catalog history) and Spark applies it.  At the end the lake must hold exactly the
 source's tables, each equal.

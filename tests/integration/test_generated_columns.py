@@ -35,3 +35,23 @@ def test_a_table_with_generated_columns_is_named_at_start(
     pipeline.run(until_lsn=current_wal_lsn(pg_conn))
     (event,) = [e for e in sink.events if e.op == "c"]
     assert event.after == {"id": 1, "a": 5}  # what PostgreSQL published: no generated value
+
+
+def test_a_publication_leaving_out_operations_is_named_at_start(
+        pg_conn: Conn, pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 15: a publication ``WITH (publish = 'insert, update')`` never sends deletes or
+    truncates: the lake keeps deleted rows, so pgcdc says so, with the fix."""
+    pg_conn.execute("CREATE TABLE audit (id int PRIMARY KEY)")
+    pg_conn.execute("CREATE PUBLICATION \"Audit pub\" FOR TABLE audit "
+                    "WITH (publish = 'insert, update')")
+    pipeline = Pipeline(PipelineConfig(pg_dsn, slot="audit_pub", publication="Audit pub"),
+                        RecordingSink())
+    with caplog.at_level(logging.WARNING, logger="pgcdc.start_checks"):
+        pipeline.prepare()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pgcdc.start_checks"]
+    assert len(warnings) == 1, warnings
+    assert "publication Audit pub does not publish delete, truncate" in warnings[0]
+    assert "ALTER PUBLICATION \"Audit pub\" SET (publish = 'insert, update, delete, truncate')" \
+        in warnings[0]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert start_checks.warn_unpublished_operations(conn, "pgcdc") == []
