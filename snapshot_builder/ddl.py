@@ -390,11 +390,11 @@ END $$;
 -- the partitions that exist already
 SELECT pgcdc.watch_truncate(c.oid) FROM pg_class c WHERE c.relispartition AND c.relkind = 'r';
 
-COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 4';
+COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 5';
 """
 
 # what current() looks for: an installation of an older pgcdc is upgraded in place
-CAPTURE_VERSION: Final = "pgcdc DDL capture 4"
+CAPTURE_VERSION: Final = "pgcdc DDL capture 5"
 
 
 class DdlCaptureError(TerminalError):

@@ -431,6 +431,21 @@ def test_an_older_capture_without_types_is_upgraded_in_place(pg_conn: Conn) -> N
     pg_conn.execute("CREATE TYPE mood AS ENUM ('a')")  # the trigger captures types again
 
 
+def test_capture_4_is_upgraded_to_follow_publication_membership(pg_conn: Conn) -> None:
+    """Capture 5 describes tables on ALTER PUBLICATION ... DROP TABLE (issue 15): an
+    installation of capture 4 is not current, and installing upgrades its functions."""
+    from snapshot_builder import ddl
+
+    ddl.install(pg_conn)
+    pg_conn.execute("COMMENT ON FUNCTION pgcdc.on_ddl() IS 'pgcdc DDL capture 4'")
+    assert ddl.installed(pg_conn) and not ddl.current(pg_conn)
+    ddl.install(pg_conn)
+    assert ddl.current(pg_conn)
+    body = pg_conn.execute("SELECT prosrc FROM pg_proc WHERE oid = "
+                           "to_regprocedure('pgcdc.on_drop()')").fetchone()
+    assert body is not None and "pg_publication_rel" in str(body[0])
+
+
 def test_publication_column_list_with_ddl_capture(pg_conn: Conn, pg_dsn: str) -> None:
     """A publication that lists columns publishes only those: the captured definition is
     restricted to them at the baseline, at every DDL and when the list itself changes, so
