@@ -30,7 +30,7 @@ field's own name is an Avro name).
 
 A catalog record (key :func:`catalog_key`, value a JSON object) is a table version as
 snapshot_builder/catalog.py ``TableVersion.to_dict`` writes it (the ``CATALOG_*`` keys up to
-:data:`CATALOG_PUBLISHED`, each column an object of the ``COLUMN_*`` keys), extended
+:data:`CATALOG_TYPES`, each column an object of the ``COLUMN_*`` keys), extended
 by the sink with :data:`CATALOG_LSN`, :data:`CATALOG_TOPIC`, :data:`CATALOG_VALUE_FORMAT`
 (the format header of its events) and, for Avro, :data:`CATALOG_KEY_SCHEMA`,
 :data:`CATALOG_VALUE_SCHEMA` (the writer schemas, JSON text) and, for typed Avro,
@@ -103,6 +103,7 @@ CATALOG_COLUMNS: Final = "columns"
 CATALOG_COMMENT: Final = "comment"  # optional, as the one below
 CATALOG_PARTITION_PARENT: Final = "partition_parent"
 CATALOG_PUBLISHED: Final = "published"  # optional: false for a table outside the publication
+CATALOG_TYPES: Final = "types"  # optional: the composite types' changes it was given
 # ... as the sink publishes it
 CATALOG_LSN: Final = "lsn"
 CATALOG_TOPIC: Final = "topic"

@@ -29,9 +29,11 @@ array element, a composite attribute, a range bound) is a union with ``null`` fi
 * arrays: Avro ``array`` whose items are the element's slot, and a nested array of the
   same (PostgreSQL does not fix an array column's dimensions: ``{1,2}`` and
   ``{{1,2},{3,4}}`` fit one ``int4[]``), six levels deep (PostgreSQL's limit);
-* a composite: a ``record`` of its attributes (as the types catalog has them when the
-  table version is first written); a value whose attributes differ (``ALTER TYPE ... ADD
-  ATTRIBUTE`` while the table version stays) is refused with an error;
+* a composite: a ``record`` of its attributes, as the stream's catalog of types has them
+  where the table version is first written (:attr:`LogicalTypes.catalog`; without one, as
+  ``pg_type`` has them then); a change of them gives the tables holding the type a new
+  version (snapshot_builder/builder.py), so a value whose attributes differ from its
+  version's schema is a bug, refused with an error;
 * a range: a ``record`` ``{lower, upper, lower_inc, upper_inc, empty}``, the bounds in
   the subtype's slot, NULL where unbounded; a multirange an ``array`` of those records;
 * a domain: its base type's mapping (a domain over ``numeric(10,2)`` is that decimal);
@@ -62,6 +64,7 @@ from decoder.type_registry import TypeShape
 from decoder.values import Range
 from sinks.envelope import text_of
 from snapshot_builder.catalog import Column
+from snapshot_builder.datatype import TypeVersion
 
 Shapes = Callable[[int], TypeShape | None]
 """The registered shape of a type OID that is not built in (an enum, a composite, ...)."""
@@ -605,16 +608,36 @@ class LogicalTypes:
         # ``shapes`` looks (decoder.types.load_types), called before a schema needs them
         self.shapes: Shapes = shapes if shapes is not None else _no_shapes
         self._load = load
+        # the stream's catalog of types (the snapshot builder's, at the change being
+        # written): a composite's attributes as the table version's values have them
+        self.catalog: Callable[[int], TypeVersion | None] | None = None
+
+    def shape(self, oid: int) -> TypeShape | None:
+        """The shape of a user type: a composite's attributes from :attr:`catalog` when it
+        has the type (the ones the decoded values have, whatever ``pg_type`` says now),
+        anything else as ``shapes`` has it."""
+        known = self.shapes(oid)
+        dtype = self.catalog(oid) if self.catalog is not None else None
+        if dtype is None or dtype.kind != "composite":
+            return known
+        return TypeShape("composite", fields=tuple((a.name, a.type_oid)
+                                                   for a in dtype.attributes),
+                         name=known.name if known is not None else dtype.qualified_name)
 
     def slots(self, namespace: str, table: str, columns: tuple[Column, ...],
               fields: list[str]) -> tuple[Slot, ...]:
         """The slots of one record's ``columns`` (Avro field names ``fields``), with the
         record names of one schema."""
-        unknown = sorted({c.type_oid for c in columns if c.type_oid >= values.FIRST_NORMAL_OID
-                          and self.shapes(c.type_oid) is None})
+        oids = {c.type_oid for c in columns}
+        for oid in list(oids):  # a composite's attributes as the catalog has them
+            shape = self.shape(oid) if oid >= values.FIRST_NORMAL_OID else None
+            if shape is not None and shape.kind == "composite":
+                oids.update(attribute for _, attribute in shape.fields)
+        unknown = sorted(oid for oid in oids if oid >= values.FIRST_NORMAL_OID
+                         and self.shapes(oid) is None)
         if unknown and self._load is not None:
             self._load(unknown)
-        builder = SchemaBuilder(namespace, self.shapes, table)
+        builder = SchemaBuilder(namespace, self.shape, table)
         return tuple(builder.column(c, f) for c, f in zip(columns, fields, strict=True))
 
 

@@ -185,6 +185,7 @@ class KafkaSink:
         self.replication_factor = replication_factor
         self.tombstones = tombstones
         self.encoder: Encoder = _encoder(value_format, json_options, schema_registry, logical)
+        self.logical = logical  # its ``catalog``: the pipeline's types (a composite's attributes)
         self._format_header = (FORMAT_HEADER, self.encoder.format.encode())
         # client_config: security and connection properties (sink.kafka) for every client
         base: dict[str, str | int | float | bool] = {**(client_config or {}),

@@ -47,6 +47,7 @@ every later one stay, and a :class:`RetentionPolicy` keeps more.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -144,6 +145,7 @@ class SnapshotBuilder:
         self._rewritten: dict[int, str] = {}  # table OID -> why its rows changed (see on_ddl)
         self._published: dict[int, bool] = {}  # table OID -> in the publication, as DDL said
         self._entered: set[int] = set()  # table OIDs the open transaction put into it
+        self._retyped: list[TableVersion] = []  # tables given a version by a type's change
         # the same for every table described since pgcdc started (committed transactions)
         self._membership: dict[int, bool] = {}
         # partitions truncated alone: ancestor OID -> in the publication (None: unknown)
@@ -374,6 +376,9 @@ class SnapshotBuilder:
         if isinstance(change, PutTable):
             oid = change.table.oid
             previous = self._overlay.get(oid, current.table(oid))
+            if previous is not None and previous.types is not None \
+                    and change.table.types is None:  # its types' changes stay in its version
+                change = PutTable(replace(change.table, types=previous.types))
             reason = rows_rewritten(previous, change.table)
             if reason is not None:
                 self._rewritten.setdefault(oid, reason)
@@ -406,6 +411,13 @@ class SnapshotBuilder:
                 for table in tables_using([t for t in tables.values() if t is not None],
                                           {**current.types, **self._type_overlay}, oid):
                     self._rewritten.setdefault(table.oid, reason)
+                    # a new version of each table holding it: its values read differently
+                    # (a typed Avro schema names a composite's attributes)
+                    bumped = replace(table, types=hashlib.sha256(repr(
+                        (table.types, oid, change.type.version)).encode()).hexdigest()[:16])
+                    self._overlay[table.oid] = bumped
+                    self._pending.append(PutTable(bumped))
+                    self._retyped.append(bumped)
             self._pending.append(change)
             return None
         if isinstance(change, DropType):
@@ -560,6 +572,12 @@ class SnapshotBuilder:
         return {oid: reason for oid, reason in self._rewritten.items()
                 if self._published.get(oid, True)}
 
+    def take_retyped(self) -> list[TableVersion]:
+        """The tables the last DDL messages gave a new version through a change of a type
+        they hold (a composite's attributes, an enum label renamed), once each."""
+        retyped, self._retyped = self._retyped, []
+        return retyped
+
     @property
     def entered(self) -> set[int]:
         """The tables the open transaction's DDL put into the publication (added to it,
@@ -573,6 +591,7 @@ class SnapshotBuilder:
         self._truncated.clear()
         self._published.clear()
         self._entered.clear()
+        self._retyped.clear()
         if self._pending or self._overlay or self._type_overlay:
             self.changes_in_transaction += 1
             self._pending.clear()

@@ -105,6 +105,10 @@ class TableVersion:
     # are not sent as its own (a partition attached under a publication that publishes
     # via the root, a table dropped from the publication), so the lake retires its table
     published: bool = True
+    # set when a composite type (or an enum's labels) a column holds changed since the table
+    # was described: a fingerprint of those changes, so that the table gets a new version
+    # (its typed Avro schema names the composite's attributes); carried over afterwards
+    types: str | None = None
     layout: str = field(init=False)
     meta: str = field(init=False)
     # derived from ``columns`` once, since every encoded event asks for it
@@ -133,12 +137,15 @@ class TableVersion:
             meta.append([c.attnum for c in self.columns])
         if not self.published:
             meta.append("unpublished")
+        if self.types is not None:
+            meta.append(["types", self.types])
         return _fingerprint(layout), _fingerprint(meta)
 
     @classmethod
     def _restore(cls, oid: int, schema: str, name: str, replica_identity: str,
                  columns: tuple[Column, ...], comment: str | None, partition_parent: int | None,
-                 layout: str, meta: str, *, published: bool = True) -> TableVersion:
+                 layout: str, meta: str, *, published: bool = True,
+                 types: str | None = None) -> TableVersion:
         """A stored version as it was written, fingerprints not recomputed (see
         :meth:`verify`): loading a long history is dominated by them otherwise."""
         table = object.__new__(cls)
@@ -151,6 +158,7 @@ class TableVersion:
         put(table, "comment", comment)
         put(table, "partition_parent", partition_parent)
         put(table, "published", published)
+        put(table, "types", types)
         put(table, "layout", layout)
         put(table, "meta", meta)
         put(table, "key_columns", tuple(c for c in columns if c.is_key))
@@ -197,6 +205,7 @@ class TableVersion:
             **({wire.CATALOG_PARTITION_PARENT: self.partition_parent}
                if self.partition_parent is not None else {}),
             **({} if self.published else {wire.CATALOG_PUBLISHED: False}),
+            **({} if self.types is None else {wire.CATALOG_TYPES: self.types}),
         }
 
     def same_layout(self, other: TableVersion) -> bool:
@@ -236,19 +245,21 @@ def table_from_dict(data: dict[str, Any], *, verify: bool = True) -> TableVersio
     identity = data[wire.CATALOG_REPLICA_IDENTITY]
     comment, parent = data.get(wire.CATALOG_COMMENT), data.get(wire.CATALOG_PARTITION_PARENT)
     published = data.get(wire.CATALOG_PUBLISHED, True) is not False
+    types = data.get(wire.CATALOG_TYPES)
     if not verify and isinstance(stored, str) and isinstance(layout, str):
         head, dot, meta = stored.partition(".")
         if dot and head == layout:
             return TableVersion._restore(oid, schema, name, identity, columns, comment, parent,
-                                         layout, meta, published=published)
-    table = TableVersion(oid, schema, name, identity, columns, comment, parent, published)
+                                         layout, meta, published=published, types=types)
+    table = TableVersion(oid, schema, name, identity, columns, comment, parent, published,
+                         types)
     if stored is not None and stored != table.version:
         layout, meta = table._fingerprints(legacy=True)
         if stored == f"{layout}.{meta}":  # written before attnums counted: kept as written
             return TableVersion._restore(table.oid, table.schema, table.name,
                                          table.replica_identity, columns, table.comment,
                                          table.partition_parent, layout, meta,
-                                         published=published)
+                                         published=published, types=types)
         msg = (f"table {schema}.{name} was stored as version {stored} "
                f"but its definition gives {table.version}")
         raise VersionMismatchError(msg)

@@ -111,6 +111,38 @@ def test_typed_records_through_the_registry_across_alters(
 
 
 
+def test_a_composite_altered_gives_its_tables_a_new_schema(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str,
+        schema_registry: SchemaRegistryServer) -> None:
+    """Issue 17: ``ALTER TYPE ... ADD/DROP ATTRIBUTE`` of a composite a published table
+    holds stopped ``pgcdc run`` (the table's version, and so its schema, stayed).  Now each
+    table holding it gets a new version, whose schema has the attributes as the stream
+    decodes them (the catalog's, whatever ``pg_type`` says by the time it is written)."""
+    pg_conn.execute("CREATE TYPE pair AS (a int, b text); "
+                    "CREATE TABLE holds (id int PRIMARY KEY, p pair, ps pair[])")
+    registry = SchemaRegistry(schema_registry.url)
+    sink = KafkaSink(kafka_servers, topic_prefix=topic_prefix, schema_registry=registry,
+                     logical=LogicalTypes.reading(pg_dsn))
+    pipeline = Pipeline(PipelineConfig(pg_dsn, tables=["public.holds"]), sink)
+    pipeline.prepare()
+    pg_conn.execute("INSERT INTO holds VALUES (1, ROW(1, 'x'), ARRAY[ROW(2, 'y')::pair])")
+    pg_conn.execute("ALTER TYPE pair ADD ATTRIBUTE c date")
+    pg_conn.execute("INSERT INTO holds VALUES (2, ROW(3, 'z', '2024-01-02'), NULL)")
+    pg_conn.execute("ALTER TYPE pair DROP ATTRIBUTE a")
+    pg_conn.execute("INSERT INTO holds VALUES (3, ROW('w', NULL), NULL)")
+    pipeline.run(until_lsn=current_wal_lsn(pg_conn))  # decoded after every ALTER was made
+    sink.close()
+
+    topic = topic_name(topic_prefix, "public", "holds")
+    topics = _Topic(kafka_servers, schema_registry.url)
+    afters = [value["after"] for _, value, _ in topics.read(topic) if value is not None]
+    assert afters == [
+        {"id": 1, "p": {"a": 1, "b": "x"}, "ps": [{"a": 2, "b": "y"}]},
+        {"id": 2, "p": {"a": 3, "b": "z", "c": date(2024, 1, 2)}, "ps": None},
+        {"id": 3, "p": {"b": "w", "c": None}, "ps": None}]
+    assert len(topics.versions(f"{topic}-value")) == 3
+
+
 @pytest.mark.spark
 def test_the_spark_job_applies_typed_arrays_and_records(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,

@@ -492,3 +492,34 @@ def test_publication_membership_is_recorded_and_entries_are_read_again(
     builder.rollback()
     builder.on_ddl(json.dumps({**json.loads(_part(4, None, False)), "entered": True}).encode())
     assert builder.entered == set()  # added to another publication
+
+
+def test_a_composite_changed_gives_the_tables_holding_it_a_version() -> None:
+    """Issue 17: a composite's attributes changed: each table with a column of it gets a
+    new version (``types`` set), its values read differently (a typed Avro schema names the
+    attributes); a later description of the table keeps it; other tables stay."""
+    pair = {"oid": 16600, "schema": "public", "name": "pair", "kind": "composite",
+            "labels": None, "base_oid": None, "typmod": -1, "not_null": None,
+            "default": None, "constraints": None, "comment": None,
+            "attributes": [{"name": "a", "type_oid": 23, "typmod": -1}]}
+    holds = TableVersion(1, "public", "holds", "d", (Column("id", 23, "int4", -1, True),
+                                                     Column("p", 16600, "pair", -1, False)))
+    builder = SnapshotBuilder()
+    builder.start_consistent([], 10)
+    builder.on_ddl(_ddl("put_type", type=pair))
+    builder.on_ddl(_ddl("put", table=holds.to_dict()))
+    builder.on_ddl(_put(2, 1))
+    builder.commit(20, 0)
+    assert builder.take_retyped() == []
+    grown = dict(pair, attributes=[*pair["attributes"],  # type: ignore[misc]
+                                   {"name": "b", "type_oid": 25, "typmod": -1}])
+    builder.on_ddl(_ddl("put_type", type=grown))
+    (retyped,) = builder.take_retyped()
+    assert retyped.oid == 1 and retyped.types is not None and builder.take_retyped() == []
+    assert retyped.version != holds.version and builder.table(1) == retyped
+    builder.on_ddl(_ddl("put", table=holds.to_dict()))  # the trigger describes it again
+    assert builder.table(1) == retyped
+    builder.commit(30, 0)
+    assert builder.history.table_at(1, 29) == holds
+    assert builder.history.table_at(1, 30) == retyped
+    assert builder.history.table_at(2, 30) == _table(2, 1)
