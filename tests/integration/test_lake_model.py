@@ -157,9 +157,12 @@ REGRESSIONS = {
         "INSERT INTO t SELECT g, g FROM generate_series(1, 5) g",
         "CREATE TABLE side.w (id int PRIMARY KEY, a int)",
         "INSERT INTO side.w SELECT g, g FROM generate_series(1, 5) g",
+        "CREATE TABLE u (k int, a int)", "ALTER TABLE u REPLICA IDENTITY FULL",
+        "INSERT INTO u SELECT g % 2, g FROM generate_series(1, 4) g",
         "DROP PUBLICATION pgcdc", "CREATE PUBLICATION pgcdc FOR TABLE t", CAPTURE, APPLY,
         "ALTER PUBLICATION pgcdc DROP TABLE t", "DELETE FROM t WHERE id = 1",
-        "ALTER PUBLICATION pgcdc ADD TABLES IN SCHEMA side", "INSERT INTO side.w VALUES (6, 6)"],
+        "ALTER PUBLICATION pgcdc ADD TABLES IN SCHEMA side", "INSERT INTO side.w VALUES (6, 6)",
+        "ALTER PUBLICATION pgcdc ADD TABLE u", "DELETE FROM u WHERE a = 1"],
 }
 
 
