@@ -55,6 +55,7 @@ from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import table_path
 from tests.fixtures.fix_pg import _database
+from tests.recording_sink import NoSink
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -139,7 +140,7 @@ class Program:
         self.lake = (self.home / "lake").as_uri()
         self.checkpoint = (self.home / "cp").as_uri()
         # the slot and the publication (FOR ALL TABLES) before the first write
-        Pipeline(self._config(), _NoSink()).prepare()
+        Pipeline(self._config(), NoSink()).prepare()
 
     def close(self) -> None:
         self._exit.close()
@@ -308,11 +309,6 @@ class Program:
         if os.environ.get("PGCDC_MODEL_VERBOSE"):
             rows = ", ".join(f"{r.table} {r.source.rows} rows" for r in results)
             print(f"\n-- program {self.slot}: equal ({rows})\n{listing}")
-
-
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
 
 
 def _ident(name: str) -> sql.Identifier:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from decoder.change import ChangeEvent
 from decoder.pgoutput import LogicalMessage
@@ -52,3 +53,10 @@ class RecordingSink(SynchronousSink):
 
     def in_flight(self) -> int:
         return len(self._pending)
+
+
+class NoSink:
+    """A sink for a pipeline whose ``prepare()`` alone is tested: any use of it fails."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"prepare() must not use the sink ({name})")

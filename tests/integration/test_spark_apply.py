@@ -20,6 +20,7 @@ from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
@@ -50,12 +51,7 @@ def _whole_topic(spark: Any, servers: str, prefix: str) -> Any:
 
 
 def _prepare(dsn: str, tables: list[str]) -> None:
-    Pipeline(PipelineConfig(dsn, tables=tables), _NoSink()).prepare()
-
-
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
+    Pipeline(PipelineConfig(dsn, tables=tables), NoSink()).prepare()
 
 
 def test_versions_mixed_in_one_batch_and_key_churn(
@@ -197,7 +193,7 @@ def test_renamed_columns_matched_by_identity(
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b int, keep text)")
     history = tmp_path / "catalog"
     Pipeline(PipelineConfig(pg_dsn, tables=["public.t"], catalog_dir=history),
-             _NoSink()).prepare()
+             NoSink()).prepare()
     pg_conn.execute("INSERT INTO t SELECT g, 'a' || g, g, 'k' FROM generate_series(1, 20) g")
     _capture_ddl(pg_dsn, kafka_servers, topic_prefix, ["public.t"], pg_conn, history)
     lake = (tmp_path / "lake").as_uri()

@@ -27,6 +27,7 @@ from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch, table_path
 from streaming.ownership import archive_path
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
@@ -103,11 +104,6 @@ def test_column_added_after_the_initial_load_reaches_the_lake(
     assert result.equal, result
 
 
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
-
-
 def _publication(conn: Conn, kind: str) -> list[str] | None:
     """The publication pgcdc streams: FOR ALL TABLES (pgcdc creates it without --tables), or
     FOR TABLES IN SCHEMA public (created here)."""
@@ -168,7 +164,7 @@ def test_dropped_and_recreated_table_in_one_batch(
     history = tmp_path / "catalog"
     _first_life(pg_conn)
     tables = _publication(pg_conn, publication)
-    Pipeline(PipelineConfig(pg_dsn, tables=tables, catalog_dir=history), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, tables=tables, catalog_dir=history), NoSink()).prepare()
     _first_rows(pg_conn)
     _second_life(pg_conn)
     _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=tables, history=history)
@@ -203,7 +199,7 @@ def test_dropped_and_recreated_table_across_batches_archived(
     later one, with the job's archive option: the old lake tables move to the archive."""
     history = tmp_path / "catalog"
     _first_life(pg_conn)
-    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), NoSink()).prepare()
     _first_rows(pg_conn)
     _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
     lake = (tmp_path / "lake").as_uri()
@@ -242,7 +238,7 @@ def test_the_job_follows_drops_and_recreates_across_small_batches(
     per micro-batch: each life of the table reaches the lake in several batches."""
     history = tmp_path / "catalog"
     _first_life(pg_conn)
-    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), NoSink()).prepare()
     _first_rows(pg_conn)
     _second_life(pg_conn)
     _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)
@@ -269,7 +265,7 @@ def test_a_dropped_column_leaves_the_lake_and_its_name_starts_empty(
     pg_conn.execute("CREATE TABLE k (id int PRIMARY KEY, a int, b int, c text)")
     pg_conn.execute("CREATE TABLE f (x int, b int)")
     pg_conn.execute("ALTER TABLE f REPLICA IDENTITY FULL")
-    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, catalog_dir=history), NoSink()).prepare()
     pg_conn.execute("INSERT INTO k SELECT g, g, g * 10, 'c' FROM generate_series(1, 6) g")
     pg_conn.execute("INSERT INTO f SELECT g % 2, g FROM generate_series(1, 6) g")
     _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=None, history=history)

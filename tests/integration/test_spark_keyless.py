@@ -24,6 +24,7 @@ from sinks.kafka import KafkaSink
 from streaming import evolution, job, multiset
 from streaming.apply import apply_batch, parse_envelopes
 from streaming.multiset import APPLIED_PROPERTY, OCCURRENCE
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
@@ -31,11 +32,6 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 TABLES = ["public.k", "public.kp"]
 AGAIN = "pgcdc_again"  # a second slot: the same WAL range captured twice
-
-
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
 
 
 def _capture(dsn: str, servers: str, prefix: str, conn: Conn, slot: str = "pgcdc",
@@ -81,7 +77,7 @@ def test_keyless_full_table_keeps_duplicates(
     pg_conn.execute("CREATE TABLE kp (a int PRIMARY KEY, b text, c numeric(10,2), big text)")
     pg_conn.execute("ALTER TABLE kp REPLICA IDENTITY FULL")
     for slot in ("pgcdc", AGAIN):
-        Pipeline(PipelineConfig(pg_dsn, slot=slot, tables=TABLES), _NoSink()).prepare()
+        Pipeline(PipelineConfig(pg_dsn, slot=slot, tables=TABLES), NoSink()).prepare()
     # an incompressible value, stored out of line: an update that leaves it alone sends it
     # as an unchanged TOASTed column
     big = "(SELECT string_agg(md5(g::text || %s), '') FROM generate_series(1, 300) g)"
@@ -264,7 +260,7 @@ def test_incremental_snapshot_of_a_full_table_adds_no_duplicate(
     say the rows are there, they add no second copy of a row the lake holds."""
     pg_conn.execute("CREATE TABLE s (id int NOT NULL UNIQUE, v text)")
     pg_conn.execute("ALTER TABLE s REPLICA IDENTITY FULL")
-    Pipeline(PipelineConfig(pg_dsn, tables=["public.s"]), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, tables=["public.s"]), NoSink()).prepare()
     pg_conn.execute("INSERT INTO s SELECT g, 'v' || g FROM generate_series(1, 50) g")
     _capture(pg_dsn, kafka_servers, topic_prefix, pg_conn, tables=["public.s"])
     lake = (tmp_path / "lake").as_uri()

@@ -30,20 +30,16 @@ from streaming import evolution, job, multiset, ownership
 from streaming.apply import apply_batch, table_path
 from streaming.compaction import companions
 from streaming.evolution import OID_PROPERTY
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
-
-
 def _prepare(dsn: str, history: Path) -> None:
     """The publication (FOR ALL TABLES) and the slot, before the rows are written."""
-    Pipeline(PipelineConfig(dsn, catalog_dir=history), _NoSink()).prepare()
+    Pipeline(PipelineConfig(dsn, catalog_dir=history), NoSink()).prepare()
 
 
 def _stream(dsn: str, servers: str, prefix: str, conn: Conn, history: Path) -> None:

@@ -19,6 +19,7 @@ from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
 from sinks.kafka import KafkaSink
 from streaming import job
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
@@ -56,7 +57,7 @@ def _workload(pg_conn: Conn, pg_dsn: str, servers: str, prefix: str) -> list[str
             pg_conn.execute(f"ALTER TABLE s{i} REPLICA IDENTITY FULL")
         else:
             pg_conn.execute(f"CREATE TABLE s{i} (id int PRIMARY KEY, v text)")
-    Pipeline(PipelineConfig(pg_dsn, tables=names), _NoSink()).prepare()
+    Pipeline(PipelineConfig(pg_dsn, tables=names), NoSink()).prepare()
     for i in range(TABLES):
         pg_conn.execute(f"INSERT INTO s{i} SELECT g, 'v' || g FROM generate_series(1, 20) g")
         pg_conn.execute(f"UPDATE s{i} SET v = 'u' WHERE id % 3 = 0")
@@ -70,11 +71,6 @@ def _workload(pg_conn: Conn, pg_dsn: str, servers: str, prefix: str) -> list[str
         until_lsn=current_wal_lsn(pg_conn))
     sink.close()
     return names
-
-
-class _NoSink:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
 
 
 def _equal(spark: Any, pg_dsn: str, config: job.JobConfig) -> None:

@@ -59,6 +59,7 @@ from streaming.apply import apply_batch
 from streaming.evolution import quote
 from streaming.schema import TEXT, ColumnSpec, TableSpec
 from tests.integration.test_values_roundtrip import ARRAYS, RANGES, SCALARS
+from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
 
@@ -501,7 +502,7 @@ def test_values_a_typed_column_cannot_hold(pg_conn: Conn, pg_dsn: str, kafka_ser
 
     rows = _create_lossy(pg_conn)
     Pipeline(PipelineConfig(pg_dsn, tables=["public.lossy"], catalog_dir=history),
-             _Unused()).prepare()
+             NoSink()).prepare()
     _insert_lossy(pg_conn, rows)
     catalog = capture_and_apply(0)
     (spec,) = catalog.tables()
@@ -561,11 +562,6 @@ def _lossy_lake(spark: Any, lake: str) -> dict[int, Any]:
     return {r["id"]: r for r in delta.selectExpr(
         "id", TEXT, "n" if "n" in delta.columns else "amount", "CAST(ts AS STRING) AS ts",
         "CAST(tstz AS STRING) AS tstz", "ip", "d_label", "big", "d_price").collect()}
-
-
-class _Unused:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"prepare() must not use the sink ({name})")
 
 
 def test_an_initial_load_names_domain_base_types(pg_conn: Conn) -> None:
