@@ -471,14 +471,14 @@ class SnapshotBuilder:
         if not recorded:  # later versions exist: it made none, or the history is not ours
             there = history.catalog_at(commit_lsn)
             changes = _effective(self._pending, there)
-            if changes and not _same(_applied(changes, there, commit_lsn), there):
+            if changes and not _alike(_applied(changes, there, commit_lsn), there):
                 raise CatalogMismatchError(self._mismatch(commit_lsn, recorded, changes))
             return []
         before = history.catalog(recorded[0].version - 1)
         done = history.catalog(recorded[-1].version)
         changes = _effective(self._pending, before)
         for count in range(len(changes), -1, -1):
-            if _same(_applied(changes[:count], before, commit_lsn), done):
+            if _alike(_applied(changes[:count], before, commit_lsn), done):
                 if count == len(changes):
                     return []
                 if commit_lsn < history.latest.lsn:
@@ -619,6 +619,18 @@ def _applied(changes: list[Change], catalog: Catalog, lsn: int) -> Catalog:
 def _same(one: Catalog, other: Catalog) -> bool:
     """The same tables and types (whatever their version numbers and LSNs)."""
     return (one.tables, one.types) == (other.tables, other.types)
+
+
+def _alike(one: Catalog, other: Catalog) -> bool:
+    """:func:`_same`, whatever a table's publication membership and type changes say: a
+    pgcdc from before they were recorded wrote the same transaction without them."""
+    return one.types == other.types and _plain(one) == _plain(other)
+
+
+def _plain(catalog: Catalog) -> dict[int, TableVersion]:
+    return {oid: table if table.published and table.types is None
+            else replace(table, published=True, types=None)
+            for oid, table in catalog.tables.items()}
 
 
 def _described(change: Change) -> str:

@@ -523,3 +523,26 @@ def test_a_composite_changed_gives_the_tables_holding_it_a_version() -> None:
     assert builder.history.table_at(1, 29) == holds
     assert builder.history.table_at(1, 30) == retyped
     assert builder.history.table_at(2, 30) == _table(2, 1)
+
+
+def test_a_transaction_an_older_pgcdc_recorded_is_sent_again_after_an_upgrade(
+        tmp_path: Path) -> None:
+    """An older pgcdc recorded a transaction without publication membership (a table
+    described outside the publication) or a type change's table versions; sent again after
+    the upgrade (a crash before the flush), it is the same transaction, not another
+    slot's history: nothing is appended, and the next one is recorded as usual."""
+    old = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    old.start_consistent([], 10)
+    old.history.append(PutTable(_table(1, 1)), lsn=100)  # as an older pgcdc wrote it
+    old.history.append(PutTable(_table(2, 1)), lsn=200)
+    restarted = SnapshotBuilder(HistoryFile(tmp_path).load(), publication="pgcdc")
+    restarted.resume()
+    restarted.on_ddl(_ddl("put", table=_table(1, 1).to_dict(), publications={}))
+    restarted.commit(100, 0)  # outside the publication, as the trigger says now
+    restarted.on_ddl(_put(2, 1))
+    restarted.commit(200, 0)
+    assert restarted.history.latest.version == 2
+    restarted.on_ddl(_ddl("put", table=_table(3, 1).to_dict(), publications={}))
+    restarted.commit(300, 0)
+    latest = restarted.history.latest.table(3)
+    assert latest is not None and not latest.published
