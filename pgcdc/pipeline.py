@@ -211,7 +211,6 @@ class Pipeline:
         # incremental snapshots (loads/incremental.py): sees every event and watermark
         self._incremental = incremental
         self.builder = SnapshotBuilder()
-        self._types_handed = False  # see _describe
         self.progress = Progress()
         # hands over each transaction once committed, whole (streamed, prepared, spilled)
         self.reorder = ReorderBuffer(self, memory_limit=config.spill_memory,
@@ -665,11 +664,9 @@ class Pipeline:
             lsn = txn.commit_lsn if txn is not None else self.progress.received_lsn
         if self._decoders.describe(table):
             described = self._decoders.get(table.oid)  # its domain columns' base types named
-            if not self._types_handed:  # once, when the sink is first used (not in prepare)
-                self._types_handed = True
-                logical = getattr(self.sink, "logical", None)  # typed Avro's types
-                if logical is not None:  # a composite's attributes as the stream decodes them
-                    logical.catalog = lambda oid: self.builder.type(oid)
+            logical = getattr(self.sink, "logical", None)  # typed Avro (not in prepare())
+            if logical is not None:  # a composite's attributes as the stream decodes them
+                logical.catalog = self.builder.type
             self.sink.publish_table(described[0] if described is not None else table, lsn)
 
     def _on_ddl(self, message: pg.LogicalMessage, lsn: int) -> None:

@@ -47,7 +47,6 @@ every later one stay, and a :class:`RetentionPolicy` keeps more.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -67,7 +66,6 @@ from snapshot_builder.ddl import (
     TruncatedPartition,
     entered,
     parse_message,
-    publishes,
     rows_rewritten,
     tables_using,
     values_changed,
@@ -392,7 +390,7 @@ class SnapshotBuilder:
                 why = f"{change.table.qualified_name} attached as a partition with its rows"
                 for ancestor in self._ancestors(parent):
                     self._rewritten.setdefault(ancestor, why)
-            self._published[oid] = publishes(content, self.publication) is not False
+            self._published[oid] = change.table.published
             if entered(content, self.publication) or previous is not None \
                     and not previous.published and change.table.published:
                 # added to the publication, or back in it (detached from a root that is
@@ -413,8 +411,7 @@ class SnapshotBuilder:
                     self._rewritten.setdefault(table.oid, reason)
                     # a new version of each table holding it: its values read differently
                     # (a typed Avro schema names a composite's attributes)
-                    bumped = replace(table, types=hashlib.sha256(repr(
-                        (table.types, oid, change.type.version)).encode()).hexdigest()[:16])
+                    bumped = table.retyped(oid, change.type.version)
                     self._overlay[table.oid] = bumped
                     self._pending.append(PutTable(bumped))
                     self._retyped.append(bumped)

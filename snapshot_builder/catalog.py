@@ -208,6 +208,12 @@ class TableVersion:
             **({} if self.types is None else {wire.CATALOG_TYPES: self.types}),
         }
 
+    def retyped(self, type_oid: int, type_version: str) -> TableVersion:
+        """This table after a change of a type it holds (``type_version``: the type's new
+        version): a new version, whose :attr:`types` records the change on top of earlier
+        ones."""
+        return replace(self, types=_fingerprint([self.types, type_oid, type_version]))
+
     def same_layout(self, other: TableVersion) -> bool:
         """Equal columns, types, order, key and replica identity: what pgoutput describes."""
         return (self.layout == other.layout and self.replica_identity == other.replica_identity

@@ -565,15 +565,6 @@ def tables_using(tables: Iterable[TableVersion], types: Mapping[int, TypeVersion
     return [t for t in tables if any(c.type_oid in holding for c in t.columns)]
 
 
-def publishes(content: bytes, publication: str | None) -> bool | None:
-    """Whether the table of a ``put`` message is in ``publication``; None when the message
-    does not say (PostgreSQL before 15, no publication given)."""
-    lists = json.loads(content).get("publications")
-    if lists is None or publication is None:
-        return None
-    return publication in lists
-
-
 def entered(content: bytes, publication: str | None) -> bool:
     """Whether a ``put`` message describes a table added to ``publication`` (or its column
     list changed) by this command: its rows entered the publication unseen."""

@@ -168,18 +168,17 @@ _ARROW = {"boolean": "bool_", "int": "int32", "bigint": "int64", "float": "float
 ARROW_BATCH_ROWS = 8192
 
 
-def arrow_batches(setup: _Setup, chunks: list[tuple[int, int, int | None]],
-                  batches: Iterator[Any]) -> Iterator[Any]:
+def arrow_batches(setup: _Setup, chunks: list[tuple[int, int, int | None]], names: list[str],
+                  kinds: list[str], batches: Iterator[Any]) -> Iterator[Any]:
     """One Spark task (``mapInArrow``): the chunks whose numbers its input batches hold,
     read by :func:`read_chunk`, as Arrow record batches of :data:`ARROW_BATCH_ROWS` rows:
-    the Avro sink's values in column order, then the row's ordinal.  Columnar batches cross
-    to the JVM in one piece each, where rows pickled one by one cost most of the load."""
+    the Avro sink's values in column order (``names``, of Spark types ``kinds``), then the
+    row's ordinal.  Columnar batches cross to the JVM in one piece each, where rows
+    pickled one by one cost most of the load."""
     import pyarrow as pa
 
-    table = setup.table.table
-    types = [getattr(pa, _ARROW[_AVRO_SPARK.get(c.type_name, "string")])()
-             for c in table.columns] + [pa.int64()]
-    names = [f"c{i}" for i in range(len(table.columns))] + ["_ordinal"]
+    types = [getattr(pa, _ARROW[kind])() for kind in kinds] + [pa.int64()]
+    names = [*names, "_ordinal"]
     for batch in batches:
         wanted = [chunks[i] for i in batch.column(0).to_pylist()]
         rows: list[tuple[Any, ...]] = []
@@ -239,9 +238,7 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
     # one task per chunk: a range of chunk numbers, each partition reading its own
     rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
-        partial(arrow_batches, setup, chunks), StructType(
-            [StructField(f"c{i}", f.dataType) for i, f in enumerate(schema.fields[:-1])]
-            + [schema.fields[-1]])).toDF(*fields, "_ordinal")
+        partial(arrow_batches, setup, chunks, fields, kinds), schema)
     texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
              for f, k in zip(fields, kinds, strict=True)]
     names = ", ".join(sql_text.literal(c.name) for c in table.columns)
