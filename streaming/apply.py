@@ -254,6 +254,7 @@ class TableBatch:
     truncate: tuple[int, int] | None  # the position of the newest truncate, if any
     ops: frozenset[str]  # the operations present: c, r, u, d, t
     versions: frozenset[str] = frozenset()  # the table versions of its events
+    newest: tuple[int, int] | None = None  # the position of its newest event
 
 
 def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
@@ -266,6 +267,7 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         F.expr("collect_set(op)").alias("ops"),
         F.expr("max(CASE WHEN op = 't' THEN struct(source.commit_lsn, source.ordinal) END)")
         .alias("trunc"),
+        F.expr("max(struct(source.commit_lsn, source.ordinal))").alias("newest"),
         F.expr("max(_version IS NOT NULL AND _version != source.table_version)")
         .alias("mismatch"),
     ).collect()
@@ -280,7 +282,8 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         raise CatalogMismatchError(msg)
     return {int(r["table_oid"]): TableBatch(
         None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
-        frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]))
+        frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]),
+        None if r["newest"] is None else (int(r["newest"][0]), int(r["newest"][1])))
         for r in summary}
 
 
@@ -709,14 +712,29 @@ def _resolved(catalog: CatalogSource, versions: set[str]) -> LakeCatalog:
     return found if isinstance(found, LakeCatalog) else LakeCatalog(found)
 
 
+@dataclass(frozen=True)
+class Pull:
+    """What a keyless table's batch reads again (:func:`earlier_topics`): the ``topics`` of
+    its earlier names, and of their changes those at or before ``through``, the position
+    of the batch's newest change of the table."""
+
+    topics: list[str]
+    through: tuple[int, int]
+
+
 def earlier_topics(spark: Any, summary: dict[int, TableBatch], catalog: LakeCatalog,
-                   lake: str) -> dict[int, list[str]]:
+                   lake: str) -> dict[int, Pull]:
     """Per keyless table of the batch that holds events written under a newer name (its
     topic follows its name) while the lake has applied nothing of that name yet: the topics
-    of its earlier names.  Its changes under an earlier name may not all be in the batch
-    (a batch is bounded, and each topic is cut at its own offset), and a keyless table
-    applies its changes in order behind one watermark (streaming/multiset.py): applying the
-    newer ones first would leave the earlier ones behind the watermark, never applied."""
+    of its earlier names, up to the batch's newest change of the table.  Its changes
+    under an earlier name may not all be in the batch (a batch is bounded, and each topic
+    is cut at its own offset), and a keyless table applies its changes in order behind one
+    watermark (streaming/multiset.py): applying the newer ones first would leave the
+    earlier ones behind the watermark, never applied.  And none after: a table moved back
+    to a name it held has a later run of changes in that topic too, and applying those
+    now would leave the rest of the batch's own run behind the watermark (a version's
+    string is its definition's, so the two runs under one name are told apart by
+    position, not by version)."""
     from streaming import multiset  # (it imports this module)
 
     out = {}
@@ -726,9 +744,12 @@ def earlier_topics(spark: Any, summary: dict[int, TableBatch], catalog: LakeCata
             continue
         versions = catalog.versions(oid)  # oldest first
         held = [s for s in versions if s.version in found.versions]
-        if not held:
+        if not held or found.newest is None:
             continue
-        newest = max(held, key=lambda s: s.lsn)
+        # the version its newest change was written under: a definition that came back
+        # (a table moved back to a name) has one version string for its two runs
+        newest = max([s for s in held if s.lsn <= found.newest[0]] or held,
+                     key=lambda s: s.lsn)
         began = newest.lsn  # where the name of the newest topic in the batch began
         for earlier in reversed([s for s in versions if s.lsn <= newest.lsn]):
             if earlier.topic != newest.topic:
@@ -742,7 +763,7 @@ def earlier_topics(spark: Any, summary: dict[int, TableBatch], catalog: LakeCata
                    if ownership.owner(spark, path) == oid]
         watermark = max((a for a in applied if a is not None), default=None)
         if watermark is None or watermark[0] <= began:
-            out[oid] = topics
+            out[oid] = Pull(topics, found.newest)
     return out
 
 
@@ -891,10 +912,13 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         pulls = {} if earlier is None else earlier_topics(spark, summary, resolved, lake)
         if pulls:
             assert earlier is not None
-            topics = sorted({t for ts in pulls.values() for t in ts})
+            topics = sorted({t for pull in pulls.values() for t in pull.topics})
+            wanted = " OR ".join(
+                f"source.table_oid = {oid} AND (source.commit_lsn < {pull.through[0]} OR "
+                f"source.commit_lsn = {pull.through[0]} AND source.ordinal <= {pull.through[1]})"
+                for oid, pull in sorted(pulls.items()))
             with step("earlier"):
-                more = parse_envelopes(earlier(topics), resolved.log)
-                more = more.where(f"source.table_oid IN ({', '.join(map(str, sorted(pulls)))})")
+                more = parse_envelopes(earlier(topics), resolved.log).where(wanted)
                 merged = events.unionByName(more).coalesce(parallelism).persist()
                 events.unpersist()
                 events = merged

@@ -203,3 +203,36 @@ def test_a_keyless_table_moved_with_a_backlog(pg_server: PostgresServer, kafka_s
         program.check()
     finally:
         program.close()
+
+
+def test_a_keyless_table_moved_back_to_a_name_it_held(
+        pg_server: PostgresServer, kafka_servers: str, spark: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench seed 36000143: a keyless table moved ``public`` -> ``side`` -> ``public`` ->
+    ``side``, its topic following its name, so each topic holds two runs of its changes.
+    A bounded batch holding the first changes under ``side`` read the whole ``public``
+    topic first, its later run too, and their watermark left the rest of the first
+    ``side`` run behind (66 lake rows for 80).  Only an earlier name's changes written
+    before the batch's name began are read again now."""
+    bounded = job.JobConfig
+
+    def config(*args: Any, **kwargs: Any) -> job.JobConfig:
+        return bounded(*args, **{**kwargs, "max_offsets_per_trigger": 10})
+
+    monkeypatch.setattr(job, "JobConfig", config)
+    program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
+    try:
+        program.run(
+            "CREATE SCHEMA side", "SET search_path TO public, side",
+            "CREATE TABLE u (k int)", "ALTER TABLE u REPLICA IDENTITY FULL",
+            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 17) g, generate_series(1, 2)",
+            "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (5), (6)",
+            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 9) g, generate_series(1, 2)",
+            CAPTURE, "ALTER TABLE u SET SCHEMA public", "INSERT INTO u VALUES (7), (8)",
+            "UPDATE u SET k = k + 3 WHERE ctid IN (SELECT ctid FROM u WHERE k = 0 LIMIT 1)",
+            CAPTURE, "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (9), (10)",
+            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 11) g, generate_series(1, 2)",
+            CAPTURE)
+        program.check()
+    finally:
+        program.close()
