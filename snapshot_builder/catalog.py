@@ -139,7 +139,7 @@ class TableVersion:
             meta.append("unpublished")
         if self.types is not None:
             meta.append(["types", self.types])
-        return _fingerprint(layout), _fingerprint(meta)
+        return fingerprint(layout), fingerprint(meta)
 
     @classmethod
     def _restore(cls, oid: int, schema: str, name: str, replica_identity: str,
@@ -212,7 +212,7 @@ class TableVersion:
         """This table after a change of a type it holds (``type_version``: the type's new
         version): a new version, whose :attr:`types` records the change on top of earlier
         ones."""
-        return replace(self, types=_fingerprint([self.types, type_oid, type_version]))
+        return replace(self, types=fingerprint([self.types, type_oid, type_version]))
 
     def same_layout(self, other: TableVersion) -> bool:
         """Equal columns, types, order, key and replica identity: what pgoutput describes."""
@@ -310,7 +310,9 @@ def with_base_types(table: TableVersion, domain_base: DomainBase) -> TableVersio
     return replace(table, columns=tuple(columns))
 
 
-def _fingerprint(obj: object) -> str:
+def fingerprint(obj: object) -> str:
+    """12 hex digits of the SHA-256 of ``obj`` as compact JSON: the versions of table and
+    type definitions."""
     raw = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
     return hashlib.sha256(raw).hexdigest()[:12]
 

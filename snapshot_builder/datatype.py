@@ -17,12 +17,11 @@ of names, as kind ``base`` (or ``array`` for the ``_name`` ones).
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from decoder import text_parsers
+from snapshot_builder.catalog import fingerprint
 
 KINDS: Final = ("base", "enum", "composite", "domain", "array", "range", "multirange",
                 "pseudo")
@@ -67,7 +66,7 @@ class TypeVersion:
         if self.kind not in KINDS:
             msg = f"type {self.qualified_name} (oid {self.oid}) has unknown kind {self.kind!r}"
             raise TypeDefinitionError(msg)
-        object.__setattr__(self, "version", _fingerprint(self._content()))
+        object.__setattr__(self, "version", fingerprint(self._content()))
 
     def _content(self) -> list[Any]:
         return [self.schema, self.name, self.kind, list(self.labels),
@@ -151,6 +150,3 @@ def builtin_type(oid: int) -> TypeVersion | None:
     return TypeVersion(oid, "pg_catalog", name, "base")
 
 
-def _fingerprint(obj: object) -> str:
-    raw = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-    return hashlib.sha256(raw).hexdigest()[:12]
