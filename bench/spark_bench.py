@@ -25,7 +25,9 @@ exists).  Which commit first holds a row is read from the log alone, after the r
 measurement does not load the machine while it runs: ids only grow (inserts only), and each
 commit's ``add`` actions carry the maximum ``id`` of the files they add (Delta's per-file
 statistics, under the column's physical name: column mapping).  The first ``--warmup``
-seconds are left out.
+seconds are left out.  With ``--latency-tables N`` the transactions go to ``N`` tables in turn
+(``bench.latency_0`` ... ``bench.latency_<N-1>``, the same columns), so each micro-batch
+touches many tables; each transaction is matched to the commits of its own table's lake table.
 
 **Tables** (``--tables``).  The same ``--events`` change events (four fifths inserts, then
 updates of a quarter of the rows, one transaction per table and step) spread over each of
@@ -46,6 +48,7 @@ From the repository root::
     python -m bench.spark_bench                      # both parts, defaults below
     python -m bench.spark_bench --catchup --rows 200000 --batch-sizes 10000 50000 200000
     python -m bench.spark_bench --latency --seconds 120 --rate 1000
+    python -m bench.spark_bench --latency --rate 1000 --rows-per-txn 1 --latency-tables 100
     python -m bench.spark_bench --tables --events 20000 --table-counts 1 10 100
 """
 
@@ -375,12 +378,20 @@ def tables(args: argparse.Namespace) -> dict[str, Any]:
 # --- latency ----------------------------------------------------------------------------------
 
 
-def run_writer(dsn: str, rate: float, rows_per_txn: int, seconds: float, out: Path) -> int:
-    """Insert ``rate`` rows/s in transactions of ``rows_per_txn``; write (last id, ns) pairs."""
+def latency_tables(count: int) -> list[str]:
+    """The latency run's tables in schema ``bench``: one, or ``count`` written in turn."""
+    return ["latency"] if count <= 1 else [f"latency_{i}" for i in range(count)]
+
+
+def run_writer(dsn: str, rate: float, rows_per_txn: int, seconds: float, out: Path,
+               tables: int = 1) -> int:
+    """Insert ``rate`` rows/s in transactions of ``rows_per_txn``, the transactions going to
+    the ``tables`` tables in turn; write (table index, last id, ns) triples."""
+    names = latency_tables(tables)
     per_second = rate / rows_per_txn
     total = round(per_second * seconds)
     interval_ns = round(1e9 / per_second)
-    commits: list[tuple[int, int]] = []
+    commits: list[tuple[int, int, int]] = []
     late = 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT 1")
@@ -393,11 +404,12 @@ def run_writer(dsn: str, rate: float, rows_per_txn: int, seconds: float, out: Pa
             elif wait < -interval_ns:
                 late += 1
             low, high = i * rows_per_txn + 1, (i + 1) * rows_per_txn
-            conn.execute("INSERT INTO bench.latency (id, amount, label) "
+            table = i % len(names)
+            conn.execute(f"INSERT INTO bench.{names[table]} (id, amount, label) "
                          "SELECT g, g * 1.25, 'row ' || g "
                          "FROM generate_series(%s::bigint, %s::bigint) g", (low, high),
                          prepare=True)
-            commits.append((high, time.time_ns()))
+            commits.append((table, high, time.time_ns()))
         elapsed = (time.monotonic_ns() - start) / 1e9
     with out.open("w") as fh:
         json.dump({"commits": commits, "elapsed": elapsed, "late": late}, fh)
@@ -428,11 +440,12 @@ def visible_times(table: Path) -> list[tuple[int, int]]:
     return out
 
 
-def _stream(dsn: str, servers: str, stop: Any, ready: Any) -> None:
+def _stream(dsn: str, servers: str, stop: Any, ready: Any, tables: list[str]) -> None:
     """The pipeline process of the latency run: stream until ``stop`` is set."""
     sink = KafkaSink(servers, topic_prefix="lat")
     pipeline = Pipeline(PipelineConfig(dsn, slot="latency", publication="latency_pub",
-                                       tables=["bench.latency"], create_publication=False), sink)
+                                       tables=[f"bench.{t}" for t in tables],
+                                       create_publication=False), sink)
     pipeline.prepare()
     ready.set()
     pipeline.run(stop=stop)
@@ -445,44 +458,52 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     with PostgresServer(settings={"fsync": "off"}) as server, KafkaBroker() as broker, \
             tempfile.TemporaryDirectory() as tmp:
         dsn = server.dsn()
+        names = latency_tables(args.latency_tables)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(LATENCY_DDL)
+            for name in names if len(names) > 1 else []:
+                conn.execute(f"CREATE TABLE bench.{name} (LIKE bench.latency INCLUDING ALL)")
+                conn.execute(f"ALTER PUBLICATION latency_pub ADD TABLE bench.{name}")
         # the pipeline in its own process: the driver's Python (foreachBatch) has the GIL here
         context = multiprocessing.get_context("spawn")
         stop, ready = context.Event(), context.Event()
         runner = context.Process(target=_stream, name="pipeline", daemon=True,
-                                 args=(dsn, broker.bootstrap_servers, stop, ready))
+                                 args=(dsn, broker.bootstrap_servers, stop, ready, names))
         runner.start()
         if not ready.wait(120):
             msg = "the pipeline process did not create its slot within 120 s"
             raise RuntimeError(msg)
         failure: list[BaseException] = []
-        # the catalog and the topic exist before the query starts
+        # the catalog and the topics exist before the query starts
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("INSERT INTO bench.latency (id, amount, label) VALUES (0, 0, 'first')")
+            for name in names:
+                conn.execute(f"INSERT INTO bench.{name} (id, amount, label) "
+                             "VALUES (0, 0, 'first')")
         spark = build_session("pgcdc-bench", extra_config=_event_log(args))
         lake = Path(tmp) / "lake"
         config = job.JobConfig(broker.bootstrap_servers, lake.as_uri(),
                                (Path(tmp) / "cp").as_uri(), topic_prefix="lat",
                                trigger_seconds=args.trigger, optimize_every=args.optimize_every)
         query = job.start(spark, config)
-        table = lake / "bench.latency"
+        paths = [lake / f"bench.{name}" for name in names]
         try:
-            deadline = time.monotonic() + 300
-            while not (table / "_delta_log").exists() and time.monotonic() < deadline:
-                time.sleep(0.5)  # the first row is in the lake: the query is warm
+            deadline = time.monotonic() + 300 + 10 * len(names)
+            while not all((p / "_delta_log").exists() for p in paths) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)  # the first rows are in the lake: the query is warm
             out = Path(tmp) / "commits.json"
             argv = [sys.executable, "-m", "bench.spark_bench", "--writer", str(out),
                     "--dsn", dsn, "--rate", str(args.rate), "--rows-per-txn",
-                    str(args.rows_per_txn), "--seconds", str(args.seconds)]
+                    str(args.rows_per_txn), "--seconds", str(args.seconds),
+                    "--latency-tables", str(len(names))]
             load_before = os.getloadavg()
             subprocess.run(argv, cwd=REPO, check=True)
             written = json.loads(out.read_text())
-            last = written["commits"][-1][0]
-            deadline = time.monotonic() + 120
+            last = {t: h for t, h, _ in written["commits"]}  # per table, its last id
+            deadline = time.monotonic() + 120 + 10 * len(names)
             while time.monotonic() < deadline and runner.is_alive():
-                seen = visible_times(table)
-                if seen and seen[-1][0] >= last:
+                if all((seen := visible_times(paths[t])) and seen[-1][0] >= high
+                       for t, high in last.items()):
                     break
                 time.sleep(1.0)
             load_after = os.getloadavg()
@@ -495,31 +516,35 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             failure.append(RuntimeError(f"the pipeline process exited with {runner.exitcode}"))
         if failure:
             raise failure[0]
-        seen = visible_times(table)
-    commits: list[tuple[int, int]] = [(int(i), int(t)) for i, t in written["commits"]]
-    warm = commits[0][1] + int(args.warmup * 1e9)
+        seen = [visible_times(p) for p in paths]
+    commits = [(int(t), int(i), int(ns)) for t, i, ns in written["commits"]]
+    warm = commits[0][2] + int(args.warmup * 1e9)
     latencies: list[float] = []
     missing = 0
-    position = 0
-    for high, committed in commits:
-        while position < len(seen) and seen[position][0] < high:
+    positions = [0] * len(paths)  # per table, its first commit not before the transaction
+    for table, high, committed in commits:
+        log_, position = seen[table], positions[table]
+        while position < len(log_) and log_[position][0] < high:
             position += 1
-        if position == len(seen):
+        positions[table] = position
+        if position == len(log_):
             missing += 1
             continue
         if committed >= warm:
-            latencies.append((seen[position][1] - committed) / 1e9)
+            latencies.append((log_[position][1] - committed) / 1e9)
     latencies.sort()
     if not latencies:
         msg = "no transaction became visible in the lake"
         raise RuntimeError(msg)
     return {
         "rate_rows_per_s": args.rate, "rows_per_txn": args.rows_per_txn,
+        "tables": len(paths),
         "trigger_s": args.trigger, "seconds": args.seconds,
         "optimize_every": args.optimize_every,
         "achieved_rows_per_s": round(len(commits) * args.rows_per_txn / written["elapsed"], 1),
         "late_commits": written["late"], "transactions": len(commits),
-        "measured": len(latencies), "never_visible": missing, "delta_commits": len(seen),
+        "measured": len(latencies), "never_visible": missing,
+        "delta_commits": sum(len(log_) for log_ in seen),
         "p50_s": round(percentile(latencies, 50), 2), "p90_s": round(percentile(latencies, 90), 2),
         "p99_s": round(percentile(latencies, 99), 2), "max_s": round(latencies[-1], 2),
         "mean_s": round(statistics.fmean(latencies), 2),
@@ -554,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0,
                         help="latency: seconds at the start left out of the percentiles")
     parser.add_argument("--trigger", type=float, default=1.0, help="latency: trigger, seconds")
+    parser.add_argument("--latency-tables", type=int, default=1,
+                        help="latency: tables the transactions go to in turn")
     parser.add_argument("--optimize-every", type=int, default=None,
                         help="latency: compact the table every N micro-batches")
     parser.add_argument("--event-log", type=Path,
@@ -567,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.event_log is not None:  # the per-batch step times too
         logging.getLogger("streaming.job").setLevel(logging.INFO)
     if args.writer is not None:
-        return run_writer(args.dsn, args.rate, args.rows_per_txn, args.seconds, args.writer)
+        return run_writer(args.dsn, args.rate, args.rows_per_txn, args.seconds, args.writer,
+                          args.latency_tables)
     if args.tables:
         report = tables(args)
         for run in report["runs"]:
@@ -599,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         report = latency(args)
         verdict = ("met" if report["p50_s"] <= TARGET_P50_S and report["p99_s"] <= TARGET_P99_S
                    else "NOT met")
-        print(f"commit -> lake at {report['achieved_rows_per_s']:,} rows/s, trigger "
+        print(f"commit -> lake at {report['achieved_rows_per_s']:,} rows/s over "
+              f"{report['tables']} table(s), trigger "
               f"{report['trigger_s']} s: p50 {report['p50_s']} s, p90 {report['p90_s']} s, "
               f"p99 {report['p99_s']} s, max {report['max_s']} s ({report['measured']} "
               f"transactions); target p50 <= {TARGET_P50_S} s, p99 <= {TARGET_P99_S} s "
