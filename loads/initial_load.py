@@ -122,7 +122,7 @@ from loads.load_state import (
 )
 from loads.load_worker import SinkFactory, WorkerPool, WorkerSetup
 from loads.published import PublishedTable, block_size, fetch_published_tables
-from loads.read_marks import FirstClaim, HeldRead
+from loads.read_marks import FirstClaims, HeldRead
 from sinks.sink import Sink
 from snapshot_builder import ddl
 from snapshot_builder.builder import SnapshotBuilder
@@ -227,8 +227,14 @@ class InitialLoad:
         self.store = LoadStateStore(config.state_file)
         self.progress = LoadProgress()
         self._written: list[Batch] = []
-        self._first_due = False  # the next read written is the load's first (read_marks.py)
-        self._held = HeldRead()  # the read held back to be the load's last
+        # the marked reads (read_marks.py): whose first read is due, by table (its index)
+        self._claims = FirstClaims.create(threading.Lock(), False, (), shared=False)
+        self._index: dict[int, int] = {}  # a table's oid -> its index in the claims
+        self._load_due = False  # this attempt writes the load's first read
+        self._tables_due: tuple[bool, ...] = ()  # ... and these tables' (in _index's order)
+        self._held_in: dict[int, HeldRead] = {}  # per table, the read held back for its last
+        self._held = HeldRead()  # the load's candidate for last: of a table that ended
+        self._left: dict[int, int] = {}  # per table, the attempt's chunks not ended yet
         # worker processes: the heads they held back, not written yet, with their chunks
         self._heads: list[tuple[ChangeEvent, tuple[ChunkTask, int]]] = []
         self._block_size = 8192  # the server's, read with the plan
@@ -403,14 +409,18 @@ class InitialLoad:
         if self._pool is not None:
             setup = WorkerSetup(cfg.dsn, self._options(), snapshot.name,
                                 tuple((t.table.schema, t.table.name) for t in tables),
-                                load_lsn, attempt, started, cfg.batch_rows, cfg.flush_timeout)
+                                load_lsn, attempt, started, cfg.batch_rows, cfg.flush_timeout,
+                                tuple(t.oid for t in tables))
             snapshot.pool = self._pool
-            snapshot.pool.configure(setup, self._catalog_generation(), self._first_due)
+            self._claims = snapshot.pool.configure(setup, self._catalog_generation(),
+                                                   self._load_due, self._tables_due)
             try:
                 snapshot.pool.wait_ready(timeout=60 + cfg.lock_timeout)
             except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
                 raise lock_error(exc) from exc
         else:
+            self._claims = FirstClaims.create(threading.Lock(), self._load_due,
+                                              self._tables_due, shared=False)
             for _ in range(cfg.readers):
                 conn = self._connect()
                 snapshot.readers.append(conn)
@@ -451,15 +461,20 @@ class InitialLoad:
         assert row is not None
         started = Attempt(str(row[0]), now_pg_micros())
         tables = [catalog[t.oid] for t in loading]
-        # no chunk durable yet: this attempt writes the load's first read (read_marks.py)
-        self._first_due = not any(c.done is not None for t in state.tables.values()
-                                  for c in t.chunks)
+        # no row of a table durable yet: this attempt writes its first read, and the load's
+        # while no table's is durable (read_marks.py)
+        self._index = {t.oid: index for index, t in enumerate(loading)}
+        self._tables_due = tuple(t.rows == 0 for t in loading)
+        self._load_due = all(t.rows == 0 for t in state.tables.values())
         if tables:
             self._start_readers(snapshot, tables, state.load_lsn, attempt, started.started)
         snapshot.release_export()
         _check_unchanged(cfg.dsn, cfg.publication, tables, captured)
         state.attempts.append(started)
         tasks = self._plan(state, catalog, loading, coordinator)
+        self._left = {t.oid: 0 for t in loading}
+        for task in tasks:
+            self._left[task.table.oid] += 1
         if not any(not t.complete for t in state.tables.values()):
             state.status = COMPLETE
         self.store.save(state)  # the attempt is taken before any of its events exist
@@ -557,6 +572,10 @@ class InitialLoad:
                     if item.last:
                         ended += 1
                         self._checkpoint(state)
+                        oid = item.task.table.oid
+                        self._left[oid] -= 1
+                        if not self._left[oid]:
+                            self._table_ended(state, oid)
                 self.sink.poll(0)
                 now = time.monotonic()
                 if on_progress is not None and now - last_report >= cfg.progress_interval:
@@ -575,41 +594,72 @@ class InitialLoad:
 
     def _write(self, batch: Batch) -> None:
         """A batch into the sink; of the last batch of a chunk, its final event is held back
-        (read_marks.py) and the event held before is written: a chunk is in ``_written``
-        (done at the next checkpoint) once every one of its events was written."""
+        for its table's last (read_marks.py) and the event held before is written: a chunk
+        is in ``_written`` (done at the next checkpoint) once every one of its events was
+        written.  The first event written of a table whose first is due is marked."""
         events = batch.events
         self._count(batch.task, len(events))
         write = self.sink.write
+        oid = batch.task.table.oid
         held: ChangeEvent | None = None
         if batch.last and events:
             held = events[-1]
             events = events[:-1]
-        if self._first_due and events:
-            self._first_due = False
-            write(read_marks.first(events[0]))
-            events = events[1:]
-        for event in events:
-            write(event)
+        if events:
+            write(self._first_of(events[0], oid))
+            for event in events[1:]:
+                write(event)
         if not batch.last:
             return
         batch.events = []
         if held is None:
             self._written.append(batch)
             return
-        previous, chunk = self._held.swap(held, batch)
+        previous, chunk = self._held_in.setdefault(oid, HeldRead()).swap(held, batch)
         if previous is not None:
-            if self._first_due:
-                self._first_due = False
-                previous = read_marks.first(previous)
-            write(previous)
+            write(self._first_of(previous, oid))
             self._written.append(chunk)
 
+    def _first_of(self, event: ChangeEvent, oid: int) -> ChangeEvent:
+        """``event`` as the one writing thread writes it: marked if its table's first is due
+        (in order in the one sink, which is what makes it first)."""
+        index = self._index[oid]
+        mark = self._claims.try_claim(index)
+        if not mark:
+            return event
+        self._claims.done(index)
+        return read_marks.marked(event, mark)
+
+    def _table_ended(self, state: LoadState, oid: int) -> None:
+        """Every chunk of a table ended and every other read of it is durable: its held read
+        is the load's candidate for last, and the candidate before, of a table that ended
+        before, is written as that table's last (read_marks.py)."""
+        held = self._held_in.pop(oid, None)
+        if held is None:
+            return  # an empty table: no reads, no marks
+        event, chunk = held.take()
+        assert event is not None
+        previous, before = self._held.swap(event, chunk)
+        if previous is not None:
+            self.sink.write(self._table_last(previous))
+            self._claims.done(self._index[previous.table.oid])
+            self._written.append(before)
+            self._checkpoint(state)
+
+    def _table_last(self, event: ChangeEvent) -> ChangeEvent:
+        """A table's last read, not the load's: ``last_in_data_collection``, or ``first`` if
+        it is the load's first as well (read_marks.table_last); the caller makes it durable
+        (for ``first``, before any other write), then calls the claims' ``done``."""
+        mark = self._claims.try_claim(self._index[event.table.oid])
+        assert mark is not None, "a table that ended has no claim in progress"
+        return read_marks.table_last(event, mark)
+
     def _write_last(self, state: LoadState) -> None:
-        """Every chunk ended and every other event is durable: the held event, ``last``."""
+        """Every chunk ended and every other event is durable: the candidate, ``last``."""
         event, chunk = self._held.take()
         if event is None:
             return
-        self._first_due = False
+        self._claims.done(self._index[event.table.oid])
         self.sink.write(read_marks.last(event))
         self._written.append(chunk)
         self._checkpoint(state)
@@ -667,14 +717,10 @@ class InitialLoad:
         def on_done(task: ChunkTask, rows: int, head: ChangeEvent | None) -> None:
             nonlocal done
             done += 1
-            if head is None:
-                self._record_done(state, task, rows)
-            else:
-                self._heads.append((head, (task, rows)))
-                self._write_heads(state, pool.first, keep=1)
+            self._chunk_done(state, task, rows, head)
 
         def on_tick() -> None:
-            self._write_heads(state, pool.first, keep=1)
+            self._write_heads(state)
             tick()
 
         try:
@@ -683,31 +729,85 @@ class InitialLoad:
             raise lock_error(exc) from exc
         finally:
             self.progress.worker_rss = list(pool.peak_rss)
-        if done == len(tasks):  # every worker ended: nobody holds the first's claim
-            self._write_heads(state, pool.first, keep=0)
+        if done == len(tasks):
+            self._heads_end(state)
 
-    def _write_heads(self, state: LoadState, claim: FirstClaim, keep: int) -> None:
-        """The heads workers held back (read_marks.py), into this process's sink but the
-        newest ``keep``; with ``keep=0`` the newest is the load's last.  Not while a worker
-        writes the load's first; each chunk is recorded done once its head is durable."""
-        if len(self._heads) <= keep:
-            return
-        mine = claim.try_claim()
-        if mine is None:
-            return  # a worker writes the first: after it
-        write = self.sink.write
-        count = len(self._heads) - keep
-        written, self._heads = self._heads[:count], self._heads[count:]
-        for number, (event, _) in enumerate(written):
-            if keep == 0 and number == count - 1:
-                event = read_marks.last(event)
-            elif mine and number == 0:
-                event = read_marks.first(event)
-            write(event)
-        self._make_durable(state)
-        if mine:
-            claim.done()
-        for _, (task, rows) in written:
+    def _chunk_done(self, state: LoadState, task: ChunkTask, rows: int,
+                    head: ChangeEvent | None) -> None:
+        """A worker made a chunk durable but its head: the table's newest head is held back
+        for its last, the one held before is written (:meth:`_write_heads`)."""
+        oid = task.table.oid
+        self._left[oid] -= 1
+        if head is None:
+            self._record_done(state, task, rows)
+        else:
+            previous, chunk = self._held_in.setdefault(oid, HeldRead()).swap(head, (task, rows))
+            if previous is not None:
+                self._heads.append((previous, chunk))
+        self._write_heads(state)
+
+    def _heads_end(self, state: LoadState) -> None:
+        """Every worker ended, every chunk done: nobody holds a claim but this process (a
+        head after a first claimed here waits one round); then the load's ``last``."""
+        while self._heads or self._held_in:
+            before = len(self._heads) + len(self._held_in)
+            self._write_heads(state)
+            assert len(self._heads) + len(self._held_in) < before, "no head was written"
+        self._write_heads(state, end=True)
+
+    def _write_heads(self, state: LoadState, end: bool = False) -> None:
+        """The heads workers held back (read_marks.py) into this process's sink, each
+        marked if it is its table's first (not while a worker writes that first, nor while
+        one writes the load's), and made durable; then, for each table whose every chunk is
+        done and every other read durable, its held head becomes the load's candidate for
+        last and the candidate before is written as its table's last.  With ``end`` (every
+        chunk done, every other head written), the candidate is written ``last`` once every
+        other read is durable.  Each chunk is recorded done once its head is durable."""
+        claims = self._claims
+        waiting: list[tuple[ChangeEvent, tuple[ChunkTask, int]]] = []
+        written: list[tuple[ChunkTask, int]] = []
+        claimed: list[int] = []
+        for event, chunk in self._heads:
+            index = self._index[chunk[0].table.oid]
+            mark = claims.try_claim(index)
+            if mark is None:
+                waiting.append((event, chunk))  # a worker writes a first: after it
+                continue
+            if mark:
+                event = read_marks.marked(event, mark)
+                claimed.append(index)
+            self.sink.write(event)
+            written.append(chunk)
+        self._heads = waiting
+        busy = {chunk[0].table.oid for _, chunk in waiting}
+        lasts: list[tuple[ChangeEvent, tuple[ChunkTask, int]]] = []
+        for oid in [oid for oid in self._held_in if not self._left[oid] and oid not in busy]:
+            ending, chunk = self._held_in.pop(oid).take()
+            assert ending is not None
+            previous, before = self._held.swap(ending, chunk)
+            if previous is not None:
+                lasts.append((previous, before))
+        if written:  # before any table's last: every other read of it is durable
+            self._make_durable(state)
+        for index in claimed:
+            claims.done(index)
+        claimed = []
+        for table_last, chunk in lasts:
+            self.sink.write(self._table_last(table_last))
+            claimed.append(self._index[table_last.table.oid])
+            written.append(chunk)
+        if lasts:
+            self._make_durable(state)
+        for index in claimed:
+            claims.done(index)
+        if end and not self._heads and not self._held_in:
+            load_last, chunk = self._held.take()
+            if load_last is not None:
+                claims.done(self._index[load_last.table.oid])
+                self.sink.write(read_marks.last(load_last))
+                written.append(chunk)
+                self._make_durable(state)
+        for task, rows in written:
             self._record_done(state, task, rows)
 
     def _count(self, task: ChunkTask, rows: int) -> None:

@@ -17,7 +17,9 @@ worker:
    catalog generation in shared memory (:class:`~decoder.generation.SharedGeneration`)
    against its :class:`~decoder.generation.GenerationCache` of row decoders (built by a
    :class:`~snapshot_builder.row_decoders.RowDecoderFactory`), stops if the parent
-   halted or died, writes the events and reports :class:`Rows`; into a Kafka sink in
+   halted or died, writes the events and reports :class:`Rows` (before its first write
+   of a chunk it claims its table's first read when that is due, through shared memory:
+   loads/read_marks.py, :class:`~loads.read_marks.FirstClaims`); into a Kafka sink in
    Avro the rows go from libpq to librdkafka through compiled code (sinks/loadfast.py),
    the same records without a Python object per row;
 4. at the end of a chunk: ``end_transaction(load LSN)``, ``flush``, nothing in
@@ -66,7 +68,7 @@ from loads.chunk_reader import (
     row_builder,
 )
 from loads.load_state import MAX_CHUNK_ROWS, ordinal
-from loads.read_marks import DONE, FirstClaim
+from loads.read_marks import FirstClaims
 from sinks.loadfast import FastLoad, copy_lines
 from sinks.sink import Sink
 from snapshot_builder.catalog import TableVersion
@@ -108,6 +110,9 @@ class WorkerSetup:
     commit_time: int
     batch_rows: int
     flush_timeout: float
+    # the oid of each table to load, in the order of the first reads' claims (read_marks.py)
+    oids: tuple[int, ...] = ()
+    claims: str = ""  # the shared memory of those claims (FirstClaims.name)
 
 
 # --- messages, worker -> parent ---------------------------------------------------------------
@@ -155,9 +160,10 @@ class _Reader:
 
     def __init__(self, worker: int, setup: WorkerSetup, conn: psycopg.Connection[Any],
                  sink: Sink, results: Any, halt: Any, catalog: SharedGeneration,
-                 fast: FastLoad | None = None, first: FirstClaim | None = None) -> None:
+                 fast: FastLoad | None = None, first: FirstClaims | None = None) -> None:
         self.worker, self.setup, self.conn, self.sink = worker, setup, conn, sink
-        self.first = first  # who writes the load's first read (read_marks.py)
+        self.first = first  # who writes the load's and each table's first read (read_marks.py)
+        self.claim_index = {oid: index for index, oid in enumerate(setup.oids)}
         self.fast = fast  # COPY lines straight to Kafka (sinks/loadfast.py), where it serves
         self.results, self.halt, self.catalog = results, halt, catalog
         self.parent = os.getppid()
@@ -199,7 +205,7 @@ class _Reader:
             table = task.table.table
             rows = 0
             head: ChangeEvent | None = None
-            checked = False  # whether the first read was claimed or written before this chunk's
+            checked = False  # whether the table's first read was claimed or written before
             for events in chunk_batches(self.conn, task, partial(self.decoder_for, table),
                                         setup.batch_rows, setup.load_lsn, setup.attempt,
                                         setup.commit_time):
@@ -210,10 +216,11 @@ class _Reader:
                     head, events = events[0], events[1:]
                 if events and not checked:
                     checked = True
-                    if self._claim_first():
-                        write(read_marks.first(events[0]))
+                    mark = self._claim_first(table.oid)
+                    if mark:
+                        write(read_marks.marked(events[0], mark))
                         events = events[1:]
-                        self._first_written()
+                        self._first_written(table.oid)
                 for event in events:
                     write(event)
                 self.sink.poll(0)
@@ -238,14 +245,15 @@ class _Reader:
                                    (), setup.load_lsn, setup.load_lsn, base, 0,
                                    setup.commit_time)
                 rows = 1
-                if self._claim_first():  # the next row may be the load's first
+                mark = self._claim_first(table.oid)  # the next row may be the table's first
+                if mark:
                     plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time,
-                                     snapshot="first")
+                                     snapshot=mark)
                     if fast.rows(plan, lines, 1, base + rows):
                         rows += 1
-                        self._first_written()
+                        self._first_written(table.oid)
                     else:
-                        self._first_missing()
+                        self._first_missing(table.oid, mark)
                 self.results.put(Rows(self.worker, number, rows))
             while line is not None:
                 plan = fast.plan(table, decoder, setup.load_lsn, setup.commit_time)
@@ -264,20 +272,24 @@ class _Reader:
         self._durable()
         self.results.put(Done(self.worker, number, rows, head))
 
-    def _claim_first(self) -> bool:
-        """Before the first write of a chunk: True when this worker writes the load's first
-        read now (else it is durable already)."""
-        return self.first is not None and self.first.claim(self.halt)
+    def _claim_first(self, oid: int) -> str:
+        """Before the first write of a chunk of table ``oid``: the mark this worker writes its
+        next read with (``first`` or ``first_in_data_collection``), or ``""`` when that
+        table's first is durable already."""
+        if self.first is None:
+            return ""
+        return self.first.claim(self.claim_index[oid], self.halt)
 
-    def _first_written(self) -> None:
-        """The first read written: durable before any other worker writes (read_marks.py)."""
+    def _first_written(self, oid: int) -> None:
+        """A first read written: durable before any other read of its table (and, for the
+        load's, any read at all) is written (read_marks.py)."""
         assert self.first is not None
         self._durable()
-        self.first.done()
+        self.first.done(self.claim_index[oid])
 
-    def _first_missing(self) -> None:
+    def _first_missing(self, oid: int, mark: str) -> None:
         assert self.first is not None
-        self.first.release()
+        self.first.release(self.claim_index[oid], mark)
 
     def _next(self, tasks: Any) -> tuple[int, ChunkTask] | None:
         item: tuple[int, ChunkTask] | None = _wait_for(tasks, self.halt, self.parent)
@@ -298,7 +310,7 @@ class _Reader:
 
 
 def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any, results: Any,
-                halt: Any, catalog: SharedGeneration, first: Any = None) -> None:
+                halt: Any, catalog: SharedGeneration, claims_lock: Any = None) -> None:
     """The entry point of a worker process (module level, so ``spawn`` can import it).
 
     The process starts while the parent creates the slot: it imports pgcdc and opens its
@@ -306,6 +318,7 @@ def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the load through ``halt``
     sink: Sink | None = None
     fast: FastLoad | None = None
+    first: FirstClaims | None = None
     try:
         sink = sink_factory()
         fast = FastLoad.for_sink(sink)
@@ -316,15 +329,19 @@ def worker_main(worker: int, sink_factory: SinkFactory, setups: Any, tasks: Any,
                 begin_in_snapshot(conn, setup.snapshot)
                 lock_tables(conn, list(setup.lock))
                 results.put(Ready(worker))
+                if claims_lock is not None and setup.claims:
+                    first = FirstClaims.attach(claims_lock, setup.claims)
                 try:
                     _Reader(worker, setup, conn, sink, results, halt, catalog, fast,
-                            None if first is None else FirstClaim(first)).run(tasks)
+                            first).run(tasks)
                 except Halted:
                     pass
         results.put(Exited(worker, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     except BaseException as exc:
         results.put(WorkerFailed(worker, _portable(exc)))
     finally:
+        if first is not None:
+            first.close()
         if fast is not None:
             fast.close()
         if sink is not None:
@@ -368,11 +385,12 @@ class WorkerPool:
         self.results: Any = context.Queue()
         self.halt: Any = context.Event()
         self.catalog = SharedGeneration(context, 0)
-        self.first = FirstClaim(context.Value("i", DONE))  # read_marks.py
+        self.claims_lock: Any = context.Lock()  # guards the first reads' claims (read_marks.py)
+        self.first: FirstClaims | None = None  # those claims, from configure()
         self.processes: list[SpawnProcess] = [
             context.Process(target=worker_main, name=f"pgcdc-load-{i}", daemon=True,
                             args=(i, sink_factory, self.setups, self.tasks, self.results,
-                                  self.halt, self.catalog, self.first.value))
+                                  self.halt, self.catalog, self.claims_lock))
             for i in range(count)]
         self._stopped = False
         self.exited: set[int] = set()  # workers that reported their end (Exited or WorkerFailed)
@@ -386,13 +404,21 @@ class WorkerPool:
         return self
 
     def configure(self, setup: WorkerSetup, catalog_generation: int,
-                  first_due: bool = False) -> None:
+                  first_due: bool = False, tables_due: tuple[bool, ...] | None = None
+                  ) -> FirstClaims:
         """The snapshot to import and the rest of the load's setup, to every worker;
-        ``first_due``: this attempt writes the load's first read (read_marks.py)."""
+        ``first_due``: this attempt writes the load's first read, ``tables_due``: the
+        first read of each table of ``setup.oids`` (read_marks.py).  The claims of those
+        first reads, shared with the workers."""
         self.catalog.bump_to(catalog_generation)
-        self.first.reset(first_due)
+        if self.first is not None:
+            self.first.close(unlink=True)
+        due = tables_due if tables_due is not None else (False,) * len(setup.oids)
+        self.first = FirstClaims.create(self.claims_lock, first_due, due)
+        setup = replace(setup, claims=self.first.name)
         for _ in self.processes:
             self.setups.put(setup)
+        return self.first
 
     def wait_ready(self, timeout: float) -> None:
         """Until every worker imported the snapshot and locked the tables; raises its error."""
@@ -517,6 +543,9 @@ class WorkerPool:
                             process.name, timeout)
                 process.terminate()
                 process.join(5)
+        if self.first is not None:
+            self.first.close(unlink=True)
+            self.first = None
         self.setups.cancel_join_thread()
         self.tasks.cancel_join_thread()
         self.results.cancel_join_thread()

@@ -428,7 +428,7 @@ class _Version:
         op = event.op
         if op != "r":
             out += self._snapshot
-        elif isinstance(event, MarkedRead):  # the load's first or last read
+        elif isinstance(event, MarkedRead):  # a marked read (sinks/snapshot_marks.py)
             out += _string(event.snapshot) + self._names
         else:
             out += self._read_snapshot

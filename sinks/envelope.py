@@ -36,8 +36,9 @@ circle ``{"center", "radius"}``; a point ``{"x", "y"}``, in Debezium's encoding
 Debezium's ``{"x", "y", "wkb", "srid"}``); arrays are (nested) lists; composites objects
 of their fields (Debezium writes ranges as text: not followed).  ``source.db`` is the
 database name; ``source.snapshot`` is ``"false"`` for a streamed change and, for a read,
-Debezium's mark: ``"first"`` for the initial load's first read event, ``"last"`` for its
-last, ``"true"`` for the others (sinks/snapshot_marks.py).  pgcdc adds, inside
+Debezium's mark: ``"first"`` / ``"last"`` for the initial load's first / last read event,
+``"first_in_data_collection"`` / ``"last_in_data_collection"`` for every other table's,
+``"true"`` for the others (sinks/snapshot_marks.py).  pgcdc adds, inside
 ``source``, ``commit_lsn``, ``ordinal``, ``table_oid`` and ``table_version``, and at the
 top ``unchanged``: the columns whose TOASTed value was not resent (absent from ``after``
 in pgcdc's mode, Debezium's placeholder ``__debezium_unavailable_value`` in Debezium's).
