@@ -177,19 +177,24 @@ def test_programs_the_model_found(statements: list[str], pg_server: PostgresServ
         program.close()
 
 
-def test_a_keyless_table_moved_with_a_backlog(pg_server: PostgresServer, kafka_servers: str,
-                                              spark: Any, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench seed 30000130: a keyless table's topic follows its name, and a bounded batch
-    cuts each topic at its own offset; the changes under the new name were applied first,
-    their watermark left the rest under the old name behind (62 source rows, 7 in the lake).
-    A batch with changes under a newer name now reads the earlier names' topics too."""
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every apply of the test reads at most 10 offsets a micro-batch."""
     bounded = job.JobConfig
 
     def config(*args: Any, **kwargs: Any) -> job.JobConfig:
         return bounded(*args, **{**kwargs, "max_offsets_per_trigger": 10})
 
     monkeypatch.setattr(job, "JobConfig", config)
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_a_keyless_table_moved_with_a_backlog(pg_server: PostgresServer, kafka_servers: str,
+                                              spark: Any, tmp_path: Path) -> None:
+    """bench seed 30000130: a keyless table's topic follows its name, and a bounded batch
+    cuts each topic at its own offset; the changes under the new name were applied first,
+    their watermark left the rest under the old name behind (62 source rows, 7 in the lake).
+    A batch with changes under a newer name now reads the earlier names' topics too."""
     program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
     try:
         program.run(
@@ -205,21 +210,15 @@ def test_a_keyless_table_moved_with_a_backlog(pg_server: PostgresServer, kafka_s
         program.close()
 
 
+@pytest.mark.usefixtures("small_batches")
 def test_a_keyless_table_moved_back_to_a_name_it_held(
-        pg_server: PostgresServer, kafka_servers: str, spark: Any, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        pg_server: PostgresServer, kafka_servers: str, spark: Any, tmp_path: Path) -> None:
     """bench seed 36000143: a keyless table moved ``public`` -> ``side`` -> ``public`` ->
     ``side``, its topic following its name, so each topic holds two runs of its changes.
     A bounded batch holding the first changes under ``side`` read the whole ``public``
     topic first, its later run too, and their watermark left the rest of the first
     ``side`` run behind (66 lake rows for 80).  Only an earlier name's changes written
     before the batch's name began are read again now."""
-    bounded = job.JobConfig
-
-    def config(*args: Any, **kwargs: Any) -> job.JobConfig:
-        return bounded(*args, **{**kwargs, "max_offsets_per_trigger": 10})
-
-    monkeypatch.setattr(job, "JobConfig", config)
     program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
     try:
         program.run(
