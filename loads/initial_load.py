@@ -318,6 +318,28 @@ class InitialLoad:
         if info.active_pid is not None:
             raise SlotInUseError(cfg.slot, info.active_pid)
 
+    def _check_no_keyless(self, state: LoadState, tables: list[PublishedTable]) -> None:
+        """A resumed load cannot finish a table without a key exactly: it reads under a
+        snapshot newer than the consistent point, so rows written in between come both as
+        reads and as streamed changes, and reads an earlier attempt made durable (not yet
+        recorded done) come again under new positions; a key folds each pair into one row,
+        a keyless table (a multiset downstream) keeps both.  Raise, naming the tables and
+        the two ways on."""
+        keyless = [t.table.qualified_name for t in tables
+                   if t.table.replica_identity == "f" or not t.table.key_columns]
+        if not keyless:
+            return
+        cfg = self.config
+        files = StateFiles(cfg.progress_file, cfg.catalog_dir, self.store.path)
+        msg = (f"the interrupted initial load of slot {cfg.slot!r} cannot be resumed "
+               f"exactly: {', '.join(keyless)} has no key (or REPLICA IDENTITY FULL), and a "
+               "resumed read of it under a newer snapshot would bring rows twice downstream. "
+               "Finish it with `pgcdc run --initial-load --incremental-snapshots` (the rest of "
+               "the load is handed to incremental snapshots while streaming, and a keyless "
+               "table is read whole, a truncate first, under a SHARE lock), or start over: "
+               f"{start_over(cfg.slot, files, drop_slot=True, topics=True)}")
+        raise LoadStateError(msg)
+
     def _install_ddl_capture(self, conn: Conn) -> None:
         """Before the slot exists, so that the definitions read under its snapshot are the
         captured ones the stream will decode with (the pipeline installs it as well)."""
@@ -450,6 +472,8 @@ class InitialLoad:
         loading = [t for t in loading if not t.complete]
 
         resumed = bool(state.attempts)
+        if resumed:
+            self._check_no_keyless(state, [catalog[t.oid] for t in loading])
         attempt = len(state.attempts)
         if attempt >= MAX_ATTEMPTS:
             msg = (f"the initial load of slot {cfg.slot!r} was resumed {attempt} times; "

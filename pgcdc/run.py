@@ -163,8 +163,10 @@ def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bo
     such load, or when its plan or its slot is not as the load left it."""
     from psycopg import sql
 
+    from decoder.names import quoted_table_name
     from decoder.slot import slot_info
     from loads.load_state import COMPLETE, LoadStateStore
+    from loads.published import fetch_published_tables
 
     store = LoadStateStore(slot_paths(settings)[2])
     state = store.load()
@@ -175,9 +177,22 @@ def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bo
         info = slot_info(conn, settings.source.slot)
         if info is None or info.confirmed_flush_lsn != state.consistent_point:
             return False  # the load's own checks name the data loss
+        published = fetch_published_tables(conn, settings.source.publication, sizes=False)
+        left = [t for t in state.tables.values() if not t.complete]
+        # a table without a key is read whole, a truncate first: its reads so far (and any
+        # made durable twice) are replaced, and rows written since the consistent point
+        # come once (loads/incremental.py)
+        keyless = {t.oid for t in left if t.oid in published and (
+            published[t.oid].table.replica_identity == "f"
+            or not published[t.oid].table.key_columns)}
         tables = [sql.Identifier(t.schema, t.name).as_string(conn)
-                  for t in state.tables.values() if not t.complete]
+                  for t in left if t.oid not in keyless]
     incremental.request(tables)  # stored before the load is marked done
+    for table in left:
+        if table.oid in keyless:
+            incremental.read_again(quoted_table_name(table.schema, table.name), table.oid,
+                                   whole=True)
+            tables.append(f"{table.qualified_name} (whole)")
     state.status = COMPLETE
     store.save(state)
     log.warning("the interrupted initial load of slot %s is completed by incremental snapshots "
