@@ -57,8 +57,9 @@ change is applied no row of a read has gone.
 Not handled: an incremental snapshot's read of a keyless table not read whole says only that
 its row is there, so a row the lake holds with other values stays beside it (pgcdc reads a
 keyless table whose rows a DDL changed whole, truncate first); the reads of a resumed
-initial load that reads a row again (a chunk done in an earlier attempt re-reads its rows
-with a recent xmin, under new positions) count twice, as no key tells them apart; an update
+initial load would count twice what it reads again (under new positions, no key tells them
+apart), so pgcdc never resumes the load of a keyless table: it reads it whole while
+streaming, a truncate first, or stops (loads/initial_load.py ``_check_no_keyless``); an update
 or delete written under an earlier version of the table without REPLICA IDENTITY FULL (its
 old row is the key alone) matches no content and changes nothing.
 """
