@@ -918,11 +918,17 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                 f"source.commit_lsn = {pull.through[0]} AND source.ordinal <= {pull.through[1]})"
                 for oid, pull in sorted(pulls.items()))
             with step("earlier"):
-                more = parse_envelopes(earlier(topics), resolved.log).where(wanted)
+                # decoded and cached before the filter: a filter over decoded fields pushed
+                # into the decode is one predicate with each branch's version test, whose
+                # shared subexpression Spark evaluates first, for every row, decoding other
+                # versions' records with one version's schema ("Malformed data")
+                pulled = parse_envelopes(earlier(topics), resolved.log).persist()
+                more = pulled.where(wanted)
                 merged = events.unionByName(more).coalesce(parallelism).persist()
                 events.unpersist()
                 events = merged
                 summary = summarize(events, resolved.log)
+                pulled.unpersist()
             log.info("batch %d: changes of %s under their earlier names read again from %s, "
                      "to be applied before the newer ones", batch_id,
                      ", ".join(resolved.latest(oid).qualified_name for oid in sorted(pulls)),
