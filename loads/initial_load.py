@@ -318,15 +318,14 @@ class InitialLoad:
         if info.active_pid is not None:
             raise SlotInUseError(cfg.slot, info.active_pid)
 
-    def _check_no_keyless(self, state: LoadState, tables: list[PublishedTable]) -> None:
+    def _check_no_keyless(self, tables: list[PublishedTable]) -> None:
         """A resumed load cannot finish a table without a key exactly: it reads under a
         snapshot newer than the consistent point, so rows written in between come both as
         reads and as streamed changes, and reads an earlier attempt made durable (not yet
         recorded done) come again under new positions; a key folds each pair into one row,
         a keyless table (a multiset downstream) keeps both.  Raise, naming the tables and
         the two ways on."""
-        keyless = [t.table.qualified_name for t in tables
-                   if t.table.replica_identity == "f" or not t.table.key_columns]
+        keyless = [t.table.qualified_name for t in tables if t.table.keyless]
         if not keyless:
             return
         cfg = self.config
@@ -473,7 +472,7 @@ class InitialLoad:
 
         resumed = bool(state.attempts)
         if resumed:
-            self._check_no_keyless(state, [catalog[t.oid] for t in loading])
+            self._check_no_keyless([catalog[t.oid] for t in loading])
         attempt = len(state.attempts)
         if attempt >= MAX_ATTEMPTS:
             msg = (f"the initial load of slot {cfg.slot!r} was resumed {attempt} times; "

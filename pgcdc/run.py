@@ -182,9 +182,7 @@ def _hand_over_load(settings: Settings, incremental: IncrementalSnapshots) -> bo
         # a table without a key is read whole, a truncate first: its reads so far (and any
         # made durable twice) are replaced, and rows written since the consistent point
         # come once (loads/incremental.py)
-        keyless = {t.oid for t in left if t.oid in published and (
-            published[t.oid].table.replica_identity == "f"
-            or not published[t.oid].table.key_columns)}
+        keyless = {t.oid for t in left if t.oid in published and published[t.oid].table.keyless}
         tables = [sql.Identifier(t.schema, t.name).as_string(conn)
                   for t in left if t.oid not in keyless]
     incremental.request(tables)  # stored before the load is marked done

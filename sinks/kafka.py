@@ -154,11 +154,6 @@ class KafkaSinkError(TerminalError):
     pass
 
 
-def _keyless(table: TableVersion) -> bool:
-    """A table whose rows are a multiset in the lake (streaming/multiset.py ``keyless``)."""
-    return table.replica_identity == "f" or not table.key_columns
-
-
 def _quoted(schema: str, table: str) -> str:
     """``schema.table`` as SQL writes it (quoted where needed), for a message."""
     return ".".join(part if re.fullmatch(r"[a-z_][a-z0-9_]*", part)
@@ -274,7 +269,7 @@ class KafkaSink:
             raise KafkaSinkError(msg)
         if isinstance(self.encoder, RegistryAvroEncoder):  # ids before anything names them
             self.encoder.register(table, topic)
-        if _keyless(table):  # its changes in one partition, in order (streaming/multiset.py)
+        if table.keyless:  # its changes in one partition, in order (streaming/multiset.py)
             self._table_topics[table.oid] = self._ensure_topic(topic, partitions=1)
             self._check_one_partition(topic, table)
         else:

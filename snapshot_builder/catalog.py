@@ -183,6 +183,12 @@ class TableVersion:
         return f"{self.layout}.{self.meta}"
 
     @property
+    def keyless(self) -> bool:
+        """Whether its rows are a multiset downstream: REPLICA IDENTITY FULL (every column
+        is sent as the key), or no key column (streaming/multiset.py)."""
+        return self.replica_identity == "f" or not self.key_columns
+
+    @property
     def identity_index(self) -> Index:
         """What identifies this table's rows in the stream (derived from the replica
         identity and the key columns; the index's own OID and name are not captured)."""

@@ -106,7 +106,7 @@ Row = tuple[object, ...]
 
 def keyless(spec: TableSpec) -> bool:
     """Whether a table's rows are a multiset: REPLICA IDENTITY FULL, or no key column."""
-    return spec.replica_identity == "f" or not spec.key_columns
+    return spec.table.keyless
 
 
 # --- the rules on plain values -------------------------------------------------------
