@@ -913,9 +913,10 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         if pulls:
             assert earlier is not None
             topics = sorted({t for pull in pulls.values() for t in pull.topics})
+            source = ("source.commit_lsn", "source.ordinal")
             wanted = " OR ".join(
-                f"source.table_oid = {oid} AND (source.commit_lsn < {pull.through[0]} OR "
-                f"source.commit_lsn = {pull.through[0]} AND source.ordinal <= {pull.through[1]})"
+                f"source.table_oid = {oid} AND NOT "
+                f"({sql_text.position(*pull.through, '>', columns=source)})"
                 for oid, pull in sorted(pulls.items()))
             with step("earlier"):
                 # decoded and cached before the filter: a filter over decoded fields pushed

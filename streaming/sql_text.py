@@ -15,9 +15,12 @@ def literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def position(lsn: int, ordinal: int, op: str) -> str:
-    """A predicate: the row's (commit_lsn, ordinal) compares ``op`` to the given one."""
-    return f"{COMMIT_LSN} {op} {lsn} OR ({COMMIT_LSN} = {lsn} AND {ORDINAL} {op} {ordinal})"
+def position(lsn: int, ordinal: int, op: str,
+             columns: tuple[str, str] = (COMMIT_LSN, ORDINAL)) -> str:
+    """A predicate: the row's (commit_lsn, ordinal), or the two ``columns``, compares ``op``
+    (strictly: ``<`` or ``>``) to the given one."""
+    at, number = columns
+    return f"{at} {op} {lsn} OR ({at} = {lsn} AND {number} {op} {ordinal})"
 
 
 def column_text(side: str, name: str, renames: dict[str, dict[str, str | None]]) -> str:
