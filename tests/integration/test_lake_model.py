@@ -169,7 +169,12 @@ REGRESSIONS = {
 @pytest.mark.parametrize("statements", list(REGRESSIONS.values()), ids=list(REGRESSIONS))
 def test_programs_the_model_found(statements: list[str], pg_server: PostgresServer,
                                   kafka_servers: str, spark: Any, tmp_path: Path) -> None:
-    program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
+    lake_equals_source(Rig(pg_server, kafka_servers, spark, tmp_path), *statements)
+
+
+def lake_equals_source(rig: Rig, *statements: str) -> None:
+    """Run one program's statements, then check every lake table against its source."""
+    program = Program(rig)
     try:
         program.run(*statements)
         program.check()
@@ -195,19 +200,15 @@ def test_a_keyless_table_moved_with_a_backlog(pg_server: PostgresServer, kafka_s
     cuts each topic at its own offset; the changes under the new name were applied first,
     their watermark left the rest under the old name behind (62 source rows, 7 in the lake).
     A batch with changes under a newer name now reads the earlier names' topics too."""
-    program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
-    try:
-        program.run(
-            "CREATE SCHEMA side", "SET search_path TO public, side",
-            "CREATE TABLE u (k int, a int)", "ALTER TABLE u REPLICA IDENTITY FULL",
-            "CREATE TABLE t (id int PRIMARY KEY, a int)",
-            "INSERT INTO t SELECT g, g FROM generate_series(1, 40) g",
-            "INSERT INTO u SELECT g % 3, g FROM generate_series(1, 30) g, "
-            "generate_series(1, 2) n",
-            "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (7, 7), (7, 7)", CAPTURE)
-        program.check()
-    finally:
-        program.close()
+    lake_equals_source(
+        Rig(pg_server, kafka_servers, spark, tmp_path),
+        "CREATE SCHEMA side", "SET search_path TO public, side",
+        "CREATE TABLE u (k int, a int)", "ALTER TABLE u REPLICA IDENTITY FULL",
+        "CREATE TABLE t (id int PRIMARY KEY, a int)",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 40) g",
+        "INSERT INTO u SELECT g % 3, g FROM generate_series(1, 30) g, "
+        "generate_series(1, 2) n",
+        "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (7, 7), (7, 7)", CAPTURE)
 
 
 @pytest.mark.usefixtures("small_batches")
@@ -222,20 +223,16 @@ def test_a_keyless_table_moved_back_to_a_name_it_held(
     the filter on positions, pushed into the decoding of each version, decoded the other
     version's records with its schema ("Malformed data"), so the pulled records are
     decoded and cached before they are filtered."""
-    program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
-    try:
-        program.run(
-            "CREATE SCHEMA side", "SET search_path TO public, side",
-            "CREATE TABLE u (k int)", "ALTER TABLE u REPLICA IDENTITY FULL",
-            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 17) g, generate_series(1, 2)",
-            "ALTER TABLE u ADD COLUMN b text", "INSERT INTO u VALUES (4, 'b'), (4, 'b')",
-            "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (5), (6)",
-            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 9) g, generate_series(1, 2)",
-            CAPTURE, "ALTER TABLE u SET SCHEMA public", "INSERT INTO u VALUES (7), (8)",
-            "UPDATE u SET k = k + 3 WHERE ctid IN (SELECT ctid FROM u WHERE k = 0 LIMIT 1)",
-            CAPTURE, "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (9), (10)",
-            "INSERT INTO u SELECT g % 3 FROM generate_series(1, 11) g, generate_series(1, 2)",
-            CAPTURE)
-        program.check()
-    finally:
-        program.close()
+    lake_equals_source(
+        Rig(pg_server, kafka_servers, spark, tmp_path),
+        "CREATE SCHEMA side", "SET search_path TO public, side",
+        "CREATE TABLE u (k int)", "ALTER TABLE u REPLICA IDENTITY FULL",
+        "INSERT INTO u SELECT g % 3 FROM generate_series(1, 17) g, generate_series(1, 2)",
+        "ALTER TABLE u ADD COLUMN b text", "INSERT INTO u VALUES (4, 'b'), (4, 'b')",
+        "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (5), (6)",
+        "INSERT INTO u SELECT g % 3 FROM generate_series(1, 9) g, generate_series(1, 2)",
+        CAPTURE, "ALTER TABLE u SET SCHEMA public", "INSERT INTO u VALUES (7), (8)",
+        "UPDATE u SET k = k + 3 WHERE ctid IN (SELECT ctid FROM u WHERE k = 0 LIMIT 1)",
+        CAPTURE, "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (9), (10)",
+        "INSERT INTO u SELECT g % 3 FROM generate_series(1, 11) g, generate_series(1, 2)",
+        CAPTURE)
