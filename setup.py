@@ -21,4 +21,4 @@ setup(ext_modules=[_compiled("decoder._fastrow", "decoder/_fastrow.c"),
                    _compiled("sinks._fastjson", "sinks/_fastjson.c"),
                    _compiled("sinks._loadfast", "sinks/_loadfast.c", "sinks/_avrobuf.h",
                              "sinks/_loadfast_rdkafka.h", "sinks/_loadfast_text.h",
-                             "sinks/_loadfast_libpq.h")])
+                             "sinks/_loadfast_libpq.h", "sinks/_loadfast_json.h")])

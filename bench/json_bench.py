@@ -6,9 +6,9 @@ text by pgcdc's decoders, ``--events`` distinct rows as insert events (``c``, st
 as read events (``r``, the initial load's slow path); each encoder's ``encoder_for`` (what
 ``KafkaSink`` calls per event) encodes them all, ``--rounds`` times, in this one process,
 and the best round counts.  Reported: events/s of each encoder, and each JSON one as a
-ratio of Avro's (the figures in docs/benchmarks.md, "JSON encoder").  No Kafka, no
+ratio of Avro's (the figures in docs/benchmarks.md, "JSON against Avro").  No Kafka, no
 PostgreSQL: the encoders' own cost, which is what differs between the formats (the
-initial load's compiled COPY-to-Kafka path, sinks/loadfast.py, is Avro only).
+initial load's compiled COPY-to-Kafka path, sinks/loadfast.py, is measured below).
 
 With ``--kafka`` also, against a throwaway PostgreSQL and Kafka broker (pgcdc.services):
 
@@ -20,12 +20,13 @@ With ``--kafka`` also, against a throwaway PostgreSQL and Kafka broker (pgcdc.se
   little) and by wall time;
 * initial load: ``bench.initial_load_bench``'s two tables (``--rows``) loaded into a
   ``KafkaSink`` per format (its default worker processes and readers); rows/s by wall
-  time and by the CPU time of this process and its workers.  Avro takes the compiled
-  COPY-to-Kafka path (sinks/loadfast.py), JSON the slow path (decoders, then
-  sinks/_fastjson.c).
+  time and by the CPU time of this process and its workers.  Avro and Debezium's JSON
+  take the compiled COPY-to-Kafka path (sinks/loadfast.py, ``PGCDC_LOAD_FAST=0`` turns it
+  off), pgcdc's own JSON the slow path (decoders, then sinks/envelope.py).
 
     python -m bench.json_bench                  # 50,000 events, 5 rounds, encoders only
     python -m bench.json_bench --kafka --scale 0.05 --rows 200000 --rounds 3
+    python -m bench.json_bench --load-only --rows 100000 --rounds 3   # the initial load only
 """
 
 from __future__ import annotations
@@ -198,8 +199,13 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.05,
                         help="the decoder benchmark's workload size, streaming (default 0.05)")
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the initial load")
+    parser.add_argument("--load-only", action="store_true",
+                        help="only the initial load into Kafka (the encoders and streaming not)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.load_only:
+        initial_load(args)
+        return
     encoders = {name: AvroEncoder() if options is None else JsonEncoder(options)
                 for name, (_, options) in FORMATS.items()}
     print(f"{args.events:,} events, best of {args.rounds} rounds")

@@ -21,6 +21,13 @@
  * the exact cases (an infinite timestamp, a numeric Python prints in scientific notation,
  * ...), goes to the column's Python fallback (sinks/loadfast.py: the stream's decoder and
  * Avro writer).  tests/unit/test_loadfast.py checks the bytes against sinks/avro.py's.
+ *
+ * JsonTable: the same for Debezium's JSON (--format json's default encoding): the read
+ * event's key and value as sinks/envelope.py's JsonEncoder writes them, the envelope's
+ * constant texts cut from that encoder's own output (sinks/loadfast.py), the common values
+ * of the common types written here (_loadfast_json.h), every other value through the
+ * column's Python fallback (its text in the encoder's output).
+ * tests/unit/test_loadfast_json.py checks the bytes against the encoder's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +42,7 @@
 #include "_loadfast_rdkafka.h"
 #include "_loadfast_text.h"
 #include "_loadfast_libpq.h"
+#include "_loadfast_json.h"
 
 /* --- Table ------------------------------------------------------------------------------ */
 
@@ -51,8 +59,15 @@ typedef struct {
     PyObject *middle;  /* bytes between the Row record and the ordinal */
     PyObject *tail;    /* bytes after the ordinal, up to ts_ms */
     PyObject *key_head, *value_head;  /* bytes before each key, each value (wire format) */
-    Buf value, key, scratch;
+    Buf value, key, scratch, bytes;
     Py_ssize_t *starts, *ends;  /* each field's span in value, per row */
+    /* JsonTable: Debezium's JSON; head is the value's text before the after image, middle
+     * the text after it up to the ordinal, pieces the texts after the ordinal, between which
+     * ts_ms's number goes */
+    int json;
+    int *args;  /* per column, its kind's argument (a scale, a precision) */
+    PyObject *prefixes, *key_prefixes;  /* tuples of bytes: ,"name": (or {"name": first) */
+    PyObject *pieces;
 } Table;
 
 static void
@@ -72,11 +87,19 @@ Table_dealloc(Table *self)
     PyMem_Free(self->key_columns);
     PyMem_Free(self->starts);
     PyMem_Free(self->ends);
+    PyMem_Free(self->args);
+    Py_XDECREF(self->prefixes);
+    Py_XDECREF(self->key_prefixes);
+    Py_XDECREF(self->pieces);
+    buf_free(&self->bytes);
     buf_free(&self->value);
     buf_free(&self->key);
     buf_free(&self->scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static int table_setup(Table *self, Producer *producer, const char *topic, PyObject *headers,
+                       PyObject *kinds, PyObject *fallbacks, PyObject *keys, int count);
 
 /* Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail[, key_head,
  * value_head]) */
@@ -96,6 +119,24 @@ Table_init(Table *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_RuntimeError, "Table is initialized once");
         return -1;
     }
+    if (table_setup(self, producer, topic, headers, kinds, fallbacks, keys, K_COUNT) < 0)
+        return -1;
+    Py_INCREF(middle);
+    self->middle = middle;
+    Py_INCREF(tail);
+    self->tail = tail;
+    Py_XINCREF(key_head);
+    self->key_head = key_head;
+    Py_XINCREF(value_head);
+    self->value_head = value_head;
+    return 0;
+}
+
+/* the parts of Table and JsonTable alike (not initialized yet); kinds below `count` */
+static int
+table_setup(Table *self, Producer *producer, const char *topic, PyObject *headers,
+            PyObject *kinds, PyObject *fallbacks, PyObject *keys, int count)
+{
     if (!producer_ready(producer))
         return -1;
     Py_ssize_t columns = PyTuple_GET_SIZE(kinds);
@@ -106,6 +147,7 @@ Table_init(Table *self, PyObject *args, PyObject *kwargs)
     buf_init(&self->value);
     buf_init(&self->key);
     buf_init(&self->scratch);
+    buf_init(&self->bytes);
     self->columns = (int)columns;
     self->keys = (int)PyTuple_GET_SIZE(keys);
     self->kinds = PyMem_Malloc(columns + 1);
@@ -121,7 +163,7 @@ Table_init(Table *self, PyObject *args, PyObject *kwargs)
         if (kind == -1 && PyErr_Occurred())
             return -1;
         PyObject *fallback = PyTuple_GET_ITEM(fallbacks, i);
-        if (kind < 0 || kind >= K_COUNT || !PyCallable_Check(fallback)) {
+        if (kind < 0 || kind >= count || !PyCallable_Check(fallback)) {
             PyErr_Format(PyExc_ValueError, "column %zd: kind %ld, fallback %R", i, kind,
                          fallback);
             return -1;
@@ -154,14 +196,71 @@ Table_init(Table *self, PyObject *args, PyObject *kwargs)
     self->producer = producer;
     Py_INCREF(fallbacks);
     self->fallbacks = fallbacks;
-    Py_INCREF(middle);
-    self->middle = middle;
-    Py_INCREF(tail);
-    self->tail = tail;
-    Py_XINCREF(key_head);
-    self->key_head = key_head;
-    Py_XINCREF(value_head);
-    self->value_head = value_head;
+    return 0;
+}
+
+static int
+bytes_tuple(PyObject *tuple, Py_ssize_t size, const char *what)
+{
+    if (PyTuple_GET_SIZE(tuple) != size) {
+        PyErr_Format(PyExc_ValueError, "%zd %s, not %zd", PyTuple_GET_SIZE(tuple), what, size);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(tuple, i))) {
+            PyErr_Format(PyExc_TypeError, "%s are bytes", what);
+            return -1;
+        }
+    return 0;
+}
+
+/* JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, prefixes,
+ * key_prefixes, head, middle, pieces) */
+static int
+JsonTable_init(Table *self, PyObject *args, PyObject *kwargs)
+{
+    Producer *producer;
+    const char *topic;
+    PyObject *headers, *kinds, *arguments, *fallbacks, *keys, *prefixes, *key_prefixes, *head,
+        *middle, *pieces;
+    if (!PyArg_ParseTuple(args, "O!sO!O!O!O!O!O!O!SSO!", &ProducerType, &producer, &topic,
+                          &PyList_Type, &headers, &PyTuple_Type, &kinds, &PyTuple_Type,
+                          &arguments, &PyTuple_Type, &fallbacks, &PyTuple_Type, &keys,
+                          &PyTuple_Type, &prefixes, &PyTuple_Type, &key_prefixes, &head,
+                          &middle, &PyTuple_Type, &pieces))
+        return -1;
+    if (self->producer != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Table is initialized once");
+        return -1;
+    }
+    Py_ssize_t columns = PyTuple_GET_SIZE(kinds);
+    if (bytes_tuple(prefixes, columns, "prefixes") < 0
+        || bytes_tuple(key_prefixes, PyTuple_GET_SIZE(keys), "key prefixes") < 0
+        || bytes_tuple(pieces, PyTuple_GET_SIZE(pieces), "pieces") < 0)
+        return -1;
+    if (PyTuple_GET_SIZE(arguments) != columns || PyTuple_GET_SIZE(pieces) == 0) {
+        PyErr_SetString(PyExc_ValueError, "JsonTable: one argument per column, and pieces");
+        return -1;
+    }
+    PyMem_Free(self->args);
+    self->args = PyMem_Malloc(sizeof(int) * (columns + 1));
+    if (self->args == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < columns; i++) {
+        self->args[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arguments, i));
+        if (self->args[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    self->json = 1;
+    if (table_setup(self, producer, topic, headers, kinds, fallbacks, keys, J_COUNT) < 0)
+        return -1;
+    self->prefixes = Py_NewRef(prefixes);
+    self->key_prefixes = Py_NewRef(key_prefixes);
+    self->value_head = Py_NewRef(head);  /* before the after image */
+    self->middle = Py_NewRef(middle);
+    self->pieces = Py_NewRef(pieces);
     return 0;
 }
 
@@ -296,7 +395,27 @@ put_field(Table *self, int i, const char *s, Py_ssize_t n)
     return put_fallback(self, i, s, n);
 }
 
-/* the Row record of one COPY line (its fields separated by tabs, \N for null) */
+/* one non-null column value (COPY's escaped text s[0:n]) in Debezium's JSON */
+static int
+put_json_field(Table *self, int i, const char *s, Py_ssize_t n)
+{
+    Buf *text = &self->scratch;
+    if (memchr(s, '\\', n) != NULL) {
+        if (unescape(text, s, n) < 0)
+            return -1;
+        s = text->data;
+        n = text->size;
+    }
+    Py_ssize_t start = self->value.size;
+    int done = put_json_value(&self->value, &self->bytes, self->kinds[i], self->args[i], s, n);
+    if (done != 0)
+        return done < 0 ? -1 : 0;
+    self->value.size = start;
+    return put_fallback(self, i, s, n);
+}
+
+/* the Row record (Avro) or the after image's members (JSON) of one COPY line (its fields
+ * separated by tabs, \N for null) */
 static int
 put_row(Table *self, const char *line, Py_ssize_t size)
 {
@@ -312,17 +431,23 @@ put_row(Table *self, const char *line, Py_ssize_t size)
         const char *field = line + at;
         const char *tab = memchr(field, '\t', size - at);
         Py_ssize_t n = tab ? tab - field : size - at;
-        self->starts[i] = self->value.size;
-        if (n == 2 && field[0] == '\\' && field[1] == 'N') {
-            if (put_byte(&self->value, 0) < 0)
+        int null = n == 2 && field[0] == '\\' && field[1] == 'N';
+        if (self->json) {
+            if (put_bytes_object(&self->value, PyTuple_GET_ITEM(self->prefixes, i)) < 0)
+                return -1;
+            self->starts[i] = self->value.size;
+            if (null ? PUTS(&self->value, "null") < 0 : put_json_field(self, i, field, n) < 0)
                 return -1;
         }
-        else if (put_field(self, i, field, n) < 0)
-            return -1;
+        else {
+            self->starts[i] = self->value.size;
+            if (null ? put_byte(&self->value, 0) < 0 : put_field(self, i, field, n) < 0)
+                return -1;
+        }
         self->ends[i] = self->value.size;
         at += n + 1;
     }
-    if (at <= size) {
+    if (self->columns ? at <= size : size > 0) {  /* a table without columns: empty lines */
         PyErr_Format(PyExc_ValueError, "a COPY row has more columns than the table version's %d",
                      self->columns);
         return -1;
@@ -363,10 +488,41 @@ produce(Table *self)
     }
 }
 
+/* encode_line in Debezium's JSON: the value is head, the after image, middle, the ordinal,
+ * then pieces with ts_ms's number between them; the key the key columns' members */
+static int
+encode_json_line(Table *self, const char *line, Py_ssize_t size, long long ordinal,
+                 long long now_ms)
+{
+    Buf *value = &self->value, *key = &self->key;
+    value->size = 0;
+    key->size = 0;
+    if (put_bytes_object(value, self->value_head) < 0 || put_row(self, line, size) < 0
+        || (self->columns ? put_byte(value, '}') : PUTS(value, "{}")) < 0)
+        return -1;
+    for (int k = 0; k < self->keys; k++) {
+        Py_ssize_t c = self->key_columns[k];
+        if (put_bytes_object(key, PyTuple_GET_ITEM(self->key_prefixes, k)) < 0
+            || put(key, value->data + self->starts[c], self->ends[c] - self->starts[c]) < 0)
+            return -1;
+    }
+    if ((self->keys ? put_byte(key, '}') : PUTS(key, "{}")) < 0
+        || put_bytes_object(value, self->middle) < 0 || put_ll(value, ordinal) < 0
+        || put_bytes_object(value, PyTuple_GET_ITEM(self->pieces, 0)) < 0)
+        return -1;
+    for (Py_ssize_t k = 1; k < PyTuple_GET_SIZE(self->pieces); k++)
+        if (put_ll(value, now_ms) < 0
+            || put_bytes_object(value, PyTuple_GET_ITEM(self->pieces, k)) < 0)
+            return -1;
+    return 0;
+}
+
 /* the key and the value of the read event of one COPY line, into self->key, self->value */
 static int
 encode_line(Table *self, const char *line, Py_ssize_t size, long long ordinal, long long now_ms)
 {
+    if (self->json)
+        return encode_json_line(self, line, size, ordinal, now_ms);
     self->value.size = 0;
     self->key.size = 0;
     if ((self->key_head && put_bytes_object(&self->key, self->key_head) < 0)
@@ -499,9 +655,22 @@ static PyTypeObject TableType = {
     .tp_methods = Table_methods,
 };
 
+static PyTypeObject JsonTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sinks._loadfast.JsonTable",
+    .tp_basicsize = sizeof(Table),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, "
+              "prefixes, key_prefixes, head, middle, pieces): read events in Debezium's JSON",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)JsonTable_init,
+    .tp_dealloc = (destructor)Table_dealloc,
+    .tp_methods = Table_methods,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "sinks._loadfast",
-    "The initial load's COPY rows straight to Kafka as Avro read events (sinks/loadfast.py).",
+    "The initial load's COPY rows straight to Kafka as read events (sinks/loadfast.py).",
     -1, NULL,
 };
 
@@ -509,7 +678,7 @@ PyMODINIT_FUNC
 PyInit__loadfast(void)
 {
     if (PyType_Ready(&ProducerType) < 0 || PyType_Ready(&TableType) < 0
-        || PyType_Ready(&CopyOutType) < 0)
+        || PyType_Ready(&JsonTableType) < 0 || PyType_Ready(&CopyOutType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -525,6 +694,14 @@ PyInit__loadfast(void)
     for (int i = 0; i < K_COUNT; i++)
         if (PyModule_AddIntConstant(m, names[i], i) < 0)
             goto error;
+    const char *json_names[] = {"JSON_FALLBACK", "JSON_STRING", "JSON_INTEGER", "JSON_BOOLEAN",
+                                "JSON_FLOAT", "JSON_NUMERIC", "JSON_NUMERIC_VARIABLE",
+                                "JSON_DATE_DAYS", "JSON_TIME_MICROS", "JSON_TIME_MILLIS",
+                                "JSON_TS_MICROS", "JSON_TS_MILLIS", "JSON_TSTZ", "JSON_BASE64",
+                                "JSON_UUID", "JSON_INT_ARRAY"};
+    for (int i = 0; i < J_COUNT; i++)
+        if (PyModule_AddIntConstant(m, json_names[i], i) < 0)
+            goto error;
     Py_INCREF(&ProducerType);
     if (PyModule_AddObject(m, "Producer", (PyObject *)&ProducerType) < 0)
         goto error;
@@ -533,6 +710,9 @@ PyInit__loadfast(void)
         goto error;
     Py_INCREF(&TableType);
     if (PyModule_AddObject(m, "Table", (PyObject *)&TableType) < 0)
+        goto error;
+    Py_INCREF(&JsonTableType);
+    if (PyModule_AddObject(m, "JsonTable", (PyObject *)&JsonTableType) < 0)
         goto error;
     return m;
 error:

@@ -11,6 +11,22 @@ NUMERIC: int
 DATE: int
 TIMESTAMP: int
 INT_ARRAY: int
+JSON_FALLBACK: int
+JSON_STRING: int
+JSON_INTEGER: int
+JSON_BOOLEAN: int
+JSON_FLOAT: int
+JSON_NUMERIC: int
+JSON_NUMERIC_VARIABLE: int
+JSON_DATE_DAYS: int
+JSON_TIME_MICROS: int
+JSON_TIME_MILLIS: int
+JSON_TS_MICROS: int
+JSON_TS_MILLIS: int
+JSON_TSTZ: int
+JSON_BASE64: int
+JSON_UUID: int
+JSON_INT_ARRAY: int
 
 class Producer:
     def __init__(self, library: str, config: list[tuple[str, str]], /) -> None: ...
@@ -23,6 +39,15 @@ class Table:
                  kinds: tuple[int, ...], fallbacks: tuple[object, ...],
                  key_columns: tuple[int, ...], middle: bytes, tail: bytes,
                  key_head: bytes = ..., value_head: bytes = ..., /) -> None: ...
+    def rows(self, lines: Iterator[object], limit: int, ordinal: int, now_ms: int, /) -> int: ...
+    def encode(self, line: object, ordinal: int, now_ms: int, /) -> tuple[bytes, bytes]: ...
+
+class JsonTable:
+    def __init__(self, producer: Producer, topic: str, headers: list[tuple[str, bytes]],
+                 kinds: tuple[int, ...], args: tuple[int, ...], fallbacks: tuple[object, ...],
+                 key_columns: tuple[int, ...], prefixes: tuple[bytes, ...],
+                 key_prefixes: tuple[bytes, ...], head: bytes, middle: bytes,
+                 pieces: tuple[bytes, ...], /) -> None: ...
     def rows(self, lines: Iterator[object], limit: int, ordinal: int, now_ms: int, /) -> int: ...
     def encode(self, line: object, ordinal: int, now_ms: int, /) -> tuple[bytes, bytes]: ...
 

@@ -233,7 +233,7 @@ json_int_array(const char *s, Py_ssize_t n, Buf *out)
         }
         else if (parse_integer(s + start, i - start, &ignored) && s[start] != '+'
                  && !(i - start > 1 && s[start] == '0')
-                 && !(i - start > 2 && s[start] == '-' && s[start + 1] == '0')) {
+                 && !(i - start >= 2 && s[start] == '-' && s[start + 1] == '0')) {
             memcpy(to, s + start, i - start);
             to += i - start;
         }

@@ -1,26 +1,36 @@
-"""The initial load's fast path: COPY rows straight to Kafka as Avro read events.
+"""The initial load's fast path: COPY rows straight to Kafka as read events.
 
 A load worker (loads/load_worker.py) writing to a plain :class:`~sinks.kafka.
-KafkaSink` in Avro hands each COPY text line to :mod:`sinks._loadfast` (compiled), which
-writes the read event's key and value, the same bytes :class:`~sinks.avro.AvroEncoder`
-gives for the event the slow path builds (tests/unit/test_loadfast.py), and produces it
+KafkaSink` in Avro or in Debezium's JSON hands each COPY text line to
+:mod:`sinks._loadfast` (compiled), which writes the read event's key and value, the same
+bytes the sink's encoder (:class:`~sinks.avro.AvroEncoder`,
+:class:`~sinks.envelope.JsonEncoder`) gives for the event the slow path builds
+(tests/unit/test_loadfast.py, tests/unit/test_loadfast_json.py), and produces it
 through a librdkafka producer of its own, configured like the sink's producer (same
 partitioner, idempotent, ``acks=all``) with the same topic and headers, batching more
 (``linger.ms`` at least 50, ``batch.num.messages`` at least 100,000).  Values the
 compiled code does not write exactly go through each column's Python fallback: the
-stream's decoder, then the Avro writer of sinks/avro.py.
+stream's decoder, then the Avro writer of sinks/avro.py, or the JSON encoder.
+
+In JSON the envelope's constant texts are cut from the encoder's own output for a read
+of the table whose columns are all null (at two ordinals and two processing times, to
+find where those go), and a fallback's text is the column's in the encoder's output for
+a read holding that one value: nothing of the envelope is spelled twice, and the compiled
+plan checks itself against the encoder when it is built.
 
 Durability is the sink's: :meth:`FastLoad.durable` flushes the producer and raises
 :class:`~sinks.acks.DeliveryError` for any message that failed; the worker reports a chunk
 done only after that.  Not used (the worker keeps the slow path) when the compiled module
-is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is JSON or
-typed Avro (``--avro-types logical``: the Python encoder only), the sink is
-transactional or writes a transaction topic, or librdkafka's library cannot be found.
+is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is pgcdc's own
+JSON (``--json-mode pgcdc``) or typed Avro (``--avro-types logical``: the Python encoder
+only), the sink is transactional or writes a transaction topic, or librdkafka's library
+cannot be found.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import time
@@ -32,11 +42,25 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from decoder.change import RowDecoder
-from decoder.values import DATE, NUMERIC, TIMESTAMP, TIMESTAMPTZ
+from decoder.change import READ, ChangeEvent, RowDecoder
+from decoder.values import (
+    BOOL,
+    BYTEA,
+    DATE,
+    FLOAT4,
+    FLOAT8,
+    NUMERIC,
+    TIME,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    UUID,
+)
+from sinks import debezium_json as dj
 from sinks.acks import DeliveryError
 from sinks.avro import AvroEncoder, field_writer, text_avro_type
+from sinks.envelope import JsonEncoder
 from sinks.kafka import KafkaSink
+from sinks.snapshot_marks import MARKS, mark
 from snapshot_builder.catalog import Column, TableVersion
 
 log = logging.getLogger(__name__)
@@ -100,6 +124,97 @@ def compile_table(producer: Any, table: TableVersion, decoder: RowDecoder,
         tuple(_fallback(c, decoders[c.name]) for c in table.columns),
         tuple(positions[c.name] for c in table.key_columns), middle, tail,
         *(heads if any(heads) else ()))
+
+
+def _json_kind(column: Column, decode: Callable[[str], Any] | None,
+               options: dj.JsonOptions) -> tuple[int, int]:
+    """The compiled JSON writer of a column and its argument (``_loadfast.JSON_FALLBACK``:
+    its Python fallback): by the column's own type (a domain's values take the fallback)
+    and what the encoder makes of its values (:func:`~sinks.debezium_json.fast_kind`,
+    :func:`~sinks.debezium_json.column_converter`)."""
+    assert _loadfast is not None
+    lf = _loadfast
+    oid = column.type_oid
+    convert = dj.column_converter(column, options)
+    if convert is None:  # the decoded value as it is
+        if decode is None:  # COPY's text, a string
+            return lf.JSON_STRING, 0
+        return {BOOL: lf.JSON_BOOLEAN, UUID: lf.JSON_UUID,
+                **dict.fromkeys(_INTS | _LONGS, lf.JSON_INTEGER),
+                **dict.fromkeys(_INT_ARRAYS, lf.JSON_INT_ARRAY)}.get(oid, lf.JSON_FALLBACK), 0
+    if oid == NUMERIC and convert is dj.variable_scale:
+        return lf.JSON_NUMERIC_VARIABLE, 0
+    kind, argument = dj.fast_kind(column, options)
+    compiled = {(NUMERIC, dj.K_NUMERIC): lf.JSON_NUMERIC, (TIMESTAMPTZ, dj.K_TSTZ): lf.JSON_TSTZ,
+                (FLOAT4, dj.K_FLOAT): lf.JSON_FLOAT, (FLOAT8, dj.K_FLOAT): lf.JSON_FLOAT,
+                (BYTEA, dj.K_BASE64): lf.JSON_BASE64, (DATE, dj.K_DATE_DAYS): lf.JSON_DATE_DAYS,
+                (TIME, dj.K_TIME_MICROS): lf.JSON_TIME_MICROS,
+                (TIME, dj.K_TIME_MILLIS): lf.JSON_TIME_MILLIS,
+                (TIMESTAMP, dj.K_TS_MICROS): lf.JSON_TS_MICROS,
+                (TIMESTAMP, dj.K_TS_MILLIS): lf.JSON_TS_MILLIS}.get((oid, kind))
+    return (lf.JSON_FALLBACK, 0) if compiled is None else (compiled, argument)
+
+
+# the ordinals and processing times of the template reads the JSON plan is cut from
+_ORDINALS = (7_364_019_283_746_501_928, 5_182_736_450_918_273_645)
+_NOW_MS = (4_096_123_456_789, 3_141_592_653_589)
+
+
+def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
+                       encoder: JsonEncoder, server_name: str, topic: str,
+                       headers: list[tuple[str, str | bytes | None]], lsn: int,
+                       commit_time: int, snapshot: str = "true") -> Any:
+    """As :func:`compile_table`, for Debezium's JSON: a :class:`sinks._loadfast.JsonTable`
+    whose texts are cut from ``encoder``'s own (the module's docstring)."""
+    assert _loadfast is not None
+    encode = encoder.encoder_for(table, server_name)
+    kind = MARKS.get(snapshot)
+
+    def read(after: dict[str, Any], ordinal: int, now_ms: int) -> tuple[bytes, bytes]:
+        event = ChangeEvent(READ, table, None, after, (), lsn, lsn, ordinal, 0, commit_time)
+        return encode(event if kind is None else mark(event, kind), now_ms)
+
+    names = [json.dumps(c.name, ensure_ascii=False).encode() for c in table.columns]
+    prefixes = tuple((b"," if i else b"{") + name + b":" for i, name in enumerate(names))
+    positions = {c.name: i for i, c in enumerate(table.columns)}
+    keys = tuple(positions[c.name] for c in table.key_columns)
+    nulls = b"".join(prefix + b"null" for prefix in prefixes) + b"}" if prefixes else b"{}"
+    key, value = read({}, _ORDINALS[0], _NOW_MS[0])
+    head = value[:value.index(nulls)]
+    middle, _, rest = value[len(head) + len(nulls):].partition(str(_ORDINALS[0]).encode())
+    pieces = tuple(rest.split(str(_NOW_MS[0]).encode()))
+    # where each column's value is in the template (its "null"): a fallback's text is there
+    starts = [len(head) + sum(len(p) + 4 for p in prefixes[:i]) + len(prefixes[i])
+              for i in range(len(prefixes))]
+
+    def fallback(column: Column, start: int,
+                 decode: Callable[[str], Any] | None) -> Callable[[str], bytes]:
+        end = len(value) - start - 4  # the template's bytes after the column's value
+
+        def field(text: str) -> bytes:
+            written = read({column.name: text if decode is None else decode(text)},
+                           _ORDINALS[0], _NOW_MS[0])[1]
+            return written[start:len(written) - end]
+        return field
+
+    decoders = {column[0]: column[1] for column in decoder.columns}
+    kinds = [_json_kind(c, decoders[c.name], encoder.options) for c in table.columns]
+    plan = _loadfast.JsonTable(
+        producer, topic, [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers],
+        tuple(k for k, _ in kinds), tuple(a for _, a in kinds),
+        tuple(fallback(c, start, decoders[c.name]) for c, start in zip(table.columns, starts,
+                                                                       strict=True)),
+        keys, prefixes, tuple((b"," if k else b"{") + names[i] + b":" for k, i in enumerate(keys)),
+        head, middle, pieces)
+    # the plan's read of an all-null row is the encoder's, at other numbers too
+    empty = "\t".join(["\\N"] * len(prefixes)).encode() + b"\n"
+    for ordinal, now_ms in zip(_ORDINALS, _NOW_MS, strict=True):
+        if plan.encode(empty, ordinal, now_ms) != read({}, ordinal, now_ms):
+            msg = (f"the initial load's compiled JSON plan of {table.qualified_name} does not "
+                   "write what the JSON encoder writes; run with PGCDC_LOAD_FAST=0 and report "
+                   "it")
+            raise RuntimeError(msg)
+    return plan
 
 
 def librdkafka_path() -> str | None:
@@ -187,8 +302,11 @@ class FastLoad:
         if _loadfast is None or os.environ.get("PGCDC_PURE_PYTHON") == "1" \
                 or os.environ.get("PGCDC_LOAD_FAST") == "0":
             return None
-        if type(sink) is not KafkaSink or not isinstance(sink.encoder, AvroEncoder) \
-                or sink.encoder.logical is not None or sink.transaction_topic is not None:
+        if type(sink) is not KafkaSink or sink.transaction_topic is not None:
+            return None
+        encoder = sink.encoder
+        if not ((isinstance(encoder, AvroEncoder) and encoder.logical is None)
+                or (isinstance(encoder, JsonEncoder) and encoder.options.mode == "debezium")):
             return None
         library = librdkafka_path()
         if library is None:
@@ -205,10 +323,14 @@ class FastLoad:
         if cached is not None and cached[0] is decoder:
             return cached[1]
         sink = self.sink
-        assert isinstance(sink.encoder, AvroEncoder)
         topic, headers = sink.route(table)
-        plan = compile_table(self.producer, table, decoder, sink.encoder, sink.prefix, topic,
-                             headers, lsn, commit_time, snapshot)
+        if isinstance(sink.encoder, JsonEncoder):
+            plan = compile_json_table(self.producer, table, decoder, sink.encoder, sink.prefix,
+                                      topic, headers, lsn, commit_time, snapshot)
+        else:
+            assert isinstance(sink.encoder, AvroEncoder)
+            plan = compile_table(self.producer, table, decoder, sink.encoder, sink.prefix,
+                                 topic, headers, lsn, commit_time, snapshot)
         self._plans[(table.oid, snapshot)] = (decoder, plan)
         return plan
 
