@@ -20,9 +20,9 @@ With ``--kafka`` also, against a throwaway PostgreSQL and Kafka broker (pgcdc.se
   little) and by wall time;
 * initial load: ``bench.initial_load_bench``'s two tables (``--rows``) loaded into a
   ``KafkaSink`` per format (its default worker processes and readers); rows/s by wall
-  time and by the CPU time of this process and its workers.  Avro and Debezium's JSON
-  take the compiled COPY-to-Kafka path (sinks/loadfast.py, ``PGCDC_LOAD_FAST=0`` turns it
-  off), pgcdc's own JSON the slow path (decoders, then sinks/envelope.py).
+  time and by the CPU time of this process and its workers.  Every format takes the
+  compiled COPY-to-Kafka path (sinks/loadfast.py; ``PGCDC_LOAD_FAST=0`` turns it off: the
+  stream's decoders, then the format's encoder).
 
     python -m bench.json_bench                  # 50,000 events, 5 rounds, encoders only
     python -m bench.json_bench --kafka --scale 0.05 --rows 200000 --rounds 3

@@ -22,7 +22,7 @@
  * ...), goes to the column's Python fallback (sinks/loadfast.py: the stream's decoder and
  * Avro writer).  tests/unit/test_loadfast.py checks the bytes against sinks/avro.py's.
  *
- * JsonTable: the same for Debezium's JSON (--format json's default encoding): the read
+ * JsonTable: the same for JSON (Debezium's encoding or pgcdc's): the read
  * event's key and value as sinks/envelope.py's JsonEncoder writes them, the envelope's
  * constant texts cut from that encoder's own output (sinks/loadfast.py), the common values
  * of the common types written here (_loadfast_json.h), every other value through the
@@ -61,7 +61,7 @@ typedef struct {
     PyObject *key_head, *value_head;  /* bytes before each key, each value (wire format) */
     Buf value, key, scratch, bytes;
     Py_ssize_t *starts, *ends;  /* each field's span in value, per row */
-    /* JsonTable: Debezium's JSON; head is the value's text before the after image, middle
+    /* JsonTable: JSON; head is the value's text before the after image, middle
      * the text after it up to the ordinal, pieces the texts after the ordinal, between which
      * ts_ms's number goes */
     int json;
@@ -395,7 +395,7 @@ put_field(Table *self, int i, const char *s, Py_ssize_t n)
     return put_fallback(self, i, s, n);
 }
 
-/* one non-null column value (COPY's escaped text s[0:n]) in Debezium's JSON */
+/* one non-null column value (COPY's escaped text s[0:n]) in JSON */
 static int
 put_json_field(Table *self, int i, const char *s, Py_ssize_t n)
 {
@@ -488,7 +488,7 @@ produce(Table *self)
     }
 }
 
-/* encode_line in Debezium's JSON: the value is head, the after image, middle, the ordinal,
+/* encode_line in JSON: the value is head, the after image, middle, the ordinal,
  * then pieces with ts_ms's number between them; the key the key columns' members */
 static int
 encode_json_line(Table *self, const char *line, Py_ssize_t size, long long ordinal,
@@ -661,7 +661,7 @@ static PyTypeObject JsonTableType = {
     .tp_basicsize = sizeof(Table),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, "
-              "prefixes, key_prefixes, head, middle, pieces): read events in Debezium's JSON",
+              "prefixes, key_prefixes, head, middle, pieces): read events in JSON",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)JsonTable_init,
     .tp_dealloc = (destructor)Table_dealloc,
@@ -698,7 +698,8 @@ PyInit__loadfast(void)
                                 "JSON_FLOAT", "JSON_NUMERIC", "JSON_NUMERIC_VARIABLE",
                                 "JSON_DATE_DAYS", "JSON_TIME_MICROS", "JSON_TIME_MILLIS",
                                 "JSON_TS_MICROS", "JSON_TS_MILLIS", "JSON_TSTZ", "JSON_BASE64",
-                                "JSON_UUID", "JSON_INT_ARRAY"};
+                                "JSON_UUID", "JSON_INT_ARRAY", "JSON_FLOAT_BARE",
+                                "JSON_TEXT_NUMERIC", "JSON_ISO_DATE", "JSON_ISO_TIMESTAMP"};
     for (int i = 0; i < J_COUNT; i++)
         if (PyModule_AddIntConstant(m, json_names[i], i) < 0)
             goto error;

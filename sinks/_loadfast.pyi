@@ -27,6 +27,10 @@ JSON_TSTZ: int
 JSON_BASE64: int
 JSON_UUID: int
 JSON_INT_ARRAY: int
+JSON_FLOAT_BARE: int
+JSON_TEXT_NUMERIC: int
+JSON_ISO_DATE: int
+JSON_ISO_TIMESTAMP: int
 
 class Producer:
     def __init__(self, library: str, config: list[tuple[str, str]], /) -> None: ...

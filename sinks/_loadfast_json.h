@@ -1,8 +1,9 @@
 /*
- * Debezium's JSON of one COPY text value (--format json's default encoding,
- * sinks/debezium_json.py): the text sinks/envelope.py's encoder writes for the value the
- * stream's decoder makes of it, for the common values of the common types; 0 for any
- * other text (the column's Python fallback then writes it: sinks/loadfast.py).
+ * The JSON of one COPY text value, in Debezium's encoding (--format json's default,
+ * sinks/debezium_json.py) or pgcdc's (--json-mode pgcdc): the text sinks/envelope.py's
+ * encoder writes for the value the stream's decoder makes of it, for the common values of
+ * the common types; 0 for any other text (the column's Python fallback then writes it:
+ * sinks/loadfast.py).
  * Part of sinks/_loadfast.c (included there once; static functions).
  */
 #ifndef PGCDC_LOADFAST_JSON_H
@@ -11,7 +12,10 @@
 /* a column's JSON writer (0, FALLBACK: its Python fallback), with an argument for some */
 enum { J_FALLBACK, J_STRING, J_INTEGER, J_BOOLEAN, J_FLOAT, J_NUMERIC, J_NUMERIC_VARIABLE,
        J_DATE_DAYS, J_TIME_MICROS, J_TIME_MILLIS, J_TS_MICROS, J_TS_MILLIS, J_TSTZ, J_BASE64,
-       J_UUID, J_INT_ARRAY, J_COUNT };
+       J_UUID, J_INT_ARRAY,
+       /* pgcdc's own JSON: a float's NaN and infinities bare (as Python's json writes
+        * them), numeric, date and timestamps as strings of their Python text */
+       J_FLOAT_BARE, J_TEXT_NUMERIC, J_ISO_DATE, J_ISO_TIMESTAMP, J_COUNT };
 
 #define PUTS(b, text) put((b), (text), (Py_ssize_t)(sizeof(text) - 1))
 
@@ -241,18 +245,30 @@ put_numeric_variable(Buf *b, const char *s, Py_ssize_t n)
     return 1;
 }
 
-/* a float's text as float() reads it, written as debezium_json.float_value and json write
- * it: repr, or "NaN", "Infinity", "-Infinity" as strings */
+/* NaN, Infinity or -Infinity, as a string (Debezium's) or bare (Python's json) */
 static int
-put_json_float(Buf *b, const char *s, Py_ssize_t n)
+put_special(Buf *b, const char *name, int quoted)
+{
+    if (quoted && put_byte(b, '"') < 0)
+        return -1;
+    if (put(b, name, (Py_ssize_t)strlen(name)) < 0 || (quoted && put_byte(b, '"') < 0))
+        return -1;
+    return 1;
+}
+
+/* a float's text as float() reads it, written as json writes the float: repr, or NaN,
+ * Infinity, -Infinity, as strings when quoted (debezium_json.float_value) */
+static int
+put_json_float(Buf *b, const char *s, Py_ssize_t n, int quoted)
 {
     double d;
-    if (n == 3 && memcmp(s, "NaN", 3) == 0)
-        return PUTS(b, "\"NaN\"") < 0 ? -1 : 1;
-    if (n == 8 && memcmp(s, "Infinity", 8) == 0)
-        return PUTS(b, "\"Infinity\"") < 0 ? -1 : 1;
-    if (n == 9 && memcmp(s, "-Infinity", 9) == 0)
-        return PUTS(b, "\"-Infinity\"") < 0 ? -1 : 1;
+    if ((n == 3 && memcmp(s, "NaN", 3) == 0) || (n == 8 && memcmp(s, "Infinity", 8) == 0)
+        || (n == 9 && memcmp(s, "-Infinity", 9) == 0)) {
+        char name[10];
+        memcpy(name, s, n);
+        name[n] = '\0';
+        return put_special(b, name, quoted);
+    }
     if (n == 0 || n > 64)
         return 0;
     char number[65], *end;
@@ -268,7 +284,7 @@ put_json_float(Buf *b, const char *s, Py_ssize_t n)
     if (end != number + n)
         return 0;
     if (!isfinite(d))
-        return (d > 0 ? PUTS(b, "\"Infinity\"") : PUTS(b, "\"-Infinity\"")) < 0 ? -1 : 1;
+        return put_special(b, d > 0 ? "Infinity" : "-Infinity", quoted);
     char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;
@@ -444,7 +460,8 @@ put_json_value(Buf *b, Buf *scratch, int kind, int arg, const char *s, Py_ssize_
             return (s[0] == 't' ? PUTS(b, "true") : PUTS(b, "false")) < 0 ? -1 : 1;
         return 0;
     case J_FLOAT:
-        return put_json_float(b, s, n);
+    case J_FLOAT_BARE:
+        return put_json_float(b, s, n, kind == J_FLOAT);
     case J_NUMERIC:
         return put_numeric_fixed(b, s, n, arg);
     case J_NUMERIC_VARIABLE:
@@ -466,6 +483,17 @@ put_json_value(Buf *b, Buf *scratch, int kind, int arg, const char *s, Py_ssize_
         return put_bytea(b, scratch, s, n);
     case J_UUID:
         return put_uuid(b, s, n);
+    case J_TEXT_NUMERIC:  /* str(Decimal(text)) */
+        return numeric_as_is(s, n) ? (put_json_string(b, s, n) < 0 ? -1 : 1) : 0;
+    case J_ISO_DATE:  /* date.isoformat() */
+        return is_iso_date(s, n) ? (put_json_string(b, s, n) < 0 ? -1 : 1) : 0;
+    case J_ISO_TIMESTAMP: {  /* datetime.isoformat() */
+        char iso[48];
+        Py_ssize_t size;
+        if (n <= 40 && iso_timestamp(s, n, iso, &size))
+            return put_json_string(b, iso, size) < 0 ? -1 : 1;
+        return 0;
+    }
     case J_INT_ARRAY: {
         Py_ssize_t start = b->size;
         Buf json;

@@ -1,7 +1,7 @@
 """The initial load's fast path: COPY rows straight to Kafka as read events.
 
 A load worker (loads/load_worker.py) writing to a plain :class:`~sinks.kafka.
-KafkaSink` in Avro or in Debezium's JSON hands each COPY text line to
+KafkaSink` in Avro or in JSON (either encoding) hands each COPY text line to
 :mod:`sinks._loadfast` (compiled), which writes the read event's key and value, the same
 bytes the sink's encoder (:class:`~sinks.avro.AvroEncoder`,
 :class:`~sinks.envelope.JsonEncoder`) gives for the event the slow path builds
@@ -15,16 +15,18 @@ stream's decoder, then the Avro writer of sinks/avro.py, or the JSON encoder.
 In JSON the envelope's constant texts are cut from the encoder's own output for a read
 of the table whose columns are all null (at two ordinals and two processing times, to
 find where those go), and a fallback's text is the column's in the encoder's output for
-a read holding that one value: nothing of the envelope is spelled twice, and the compiled
-plan checks itself against the encoder when it is built.
+a read holding that one value (the others null): nothing of the envelope is spelled
+twice, and the compiled plan checks itself against the encoder when it is built.  In
+pgcdc's own JSON (``--json-mode pgcdc``) a value is written as the decoded value's JSON,
+whose text is the one Avro's string columns hold: its columns are compiled where Avro's
+are (:func:`_kind`).
 
 Durability is the sink's: :meth:`FastLoad.durable` flushes the producer and raises
 :class:`~sinks.acks.DeliveryError` for any message that failed; the worker reports a chunk
 done only after that.  Not used (the worker keeps the slow path) when the compiled module
-is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is pgcdc's own
-JSON (``--json-mode pgcdc``) or typed Avro (``--avro-types logical``: the Python encoder
-only), the sink is transactional or writes a transaction topic, or librdkafka's library
-cannot be found.
+is not built, ``PGCDC_PURE_PYTHON=1`` or ``PGCDC_LOAD_FAST=0``, the format is typed Avro
+(``--avro-types logical``: the Python encoder only), the sink is transactional or writes
+a transaction topic, or librdkafka's library cannot be found.
 """
 
 from __future__ import annotations
@@ -131,9 +133,16 @@ def _json_kind(column: Column, decode: Callable[[str], Any] | None,
     """The compiled JSON writer of a column and its argument (``_loadfast.JSON_FALLBACK``:
     its Python fallback): by the column's own type (a domain's values take the fallback)
     and what the encoder makes of its values (:func:`~sinks.debezium_json.fast_kind`,
-    :func:`~sinks.debezium_json.column_converter`)."""
+    :func:`~sinks.debezium_json.column_converter`); in pgcdc's own JSON, where Avro's
+    writer is compiled (:func:`_kind`: the same text, as a JSON string or number)."""
     assert _loadfast is not None
     lf = _loadfast
+    if options.mode == "pgcdc":
+        return {lf.TEXT: lf.JSON_STRING, lf.INT: lf.JSON_INTEGER, lf.LONG: lf.JSON_INTEGER,
+                lf.BOOLEAN: lf.JSON_BOOLEAN, lf.FLOAT: lf.JSON_FLOAT_BARE,
+                lf.DOUBLE: lf.JSON_FLOAT_BARE, lf.NUMERIC: lf.JSON_TEXT_NUMERIC,
+                lf.DATE: lf.JSON_ISO_DATE, lf.TIMESTAMP: lf.JSON_ISO_TIMESTAMP,
+                lf.INT_ARRAY: lf.JSON_INT_ARRAY}.get(_kind(column, decode), lf.JSON_FALLBACK), 0
     oid = column.type_oid
     convert = dj.column_converter(column, options)
     if convert is None:  # the decoded value as it is
@@ -164,8 +173,8 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
                        encoder: JsonEncoder, server_name: str, topic: str,
                        headers: list[tuple[str, str | bytes | None]], lsn: int,
                        commit_time: int, snapshot: str = "true") -> Any:
-    """As :func:`compile_table`, for Debezium's JSON: a :class:`sinks._loadfast.JsonTable`
-    whose texts are cut from ``encoder``'s own (the module's docstring)."""
+    """As :func:`compile_table`, for JSON: a :class:`sinks._loadfast.JsonTable` whose texts
+    are cut from ``encoder``'s own (the module's docstring)."""
     assert _loadfast is not None
     encode = encoder.encoder_for(table, server_name)
     kind = MARKS.get(snapshot)
@@ -179,7 +188,8 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
     positions = {c.name: i for i, c in enumerate(table.columns)}
     keys = tuple(positions[c.name] for c in table.key_columns)
     nulls = b"".join(prefix + b"null" for prefix in prefixes) + b"}" if prefixes else b"{}"
-    key, value = read({}, _ORDINALS[0], _NOW_MS[0])
+    row: dict[str, Any] = dict.fromkeys(c.name for c in table.columns)  # every column null
+    _, value = read(row, _ORDINALS[0], _NOW_MS[0])
     head = value[:value.index(nulls)]
     middle, _, rest = value[len(head) + len(nulls):].partition(str(_ORDINALS[0]).encode())
     pieces = tuple(rest.split(str(_NOW_MS[0]).encode()))
@@ -192,7 +202,7 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
         end = len(value) - start - 4  # the template's bytes after the column's value
 
         def field(text: str) -> bytes:
-            written = read({column.name: text if decode is None else decode(text)},
+            written = read({**row, column.name: text if decode is None else decode(text)},
                            _ORDINALS[0], _NOW_MS[0])[1]
             return written[start:len(written) - end]
         return field
@@ -209,7 +219,7 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
     # the plan's read of an all-null row is the encoder's, at other numbers too
     empty = "\t".join(["\\N"] * len(prefixes)).encode() + b"\n"
     for ordinal, now_ms in zip(_ORDINALS, _NOW_MS, strict=True):
-        if plan.encode(empty, ordinal, now_ms) != read({}, ordinal, now_ms):
+        if plan.encode(empty, ordinal, now_ms) != read(row, ordinal, now_ms):
             msg = (f"the initial load's compiled JSON plan of {table.qualified_name} does not "
                    "write what the JSON encoder writes; run with PGCDC_LOAD_FAST=0 and report "
                    "it")
@@ -305,8 +315,8 @@ class FastLoad:
         if type(sink) is not KafkaSink or sink.transaction_topic is not None:
             return None
         encoder = sink.encoder
-        if not ((isinstance(encoder, AvroEncoder) and encoder.logical is None)
-                or (isinstance(encoder, JsonEncoder) and encoder.options.mode == "debezium")):
+        if not (isinstance(encoder, JsonEncoder)
+                or (isinstance(encoder, AvroEncoder) and encoder.logical is None)):
             return None
         library = librdkafka_path()
         if library is None:

@@ -1,11 +1,11 @@
-"""The initial load's compiled path writes Debezium's JSON as the slow path does.
+"""The initial load's compiled path writes JSON as the slow path does.
 
 The oracle is the slow path itself: a COPY text line parsed into its fields, built into a
 row (loads/chunk_reader.row_builder), made a read event and encoded by the sink's
 :class:`~sinks.envelope.JsonEncoder` (``encoder_for``, what ``KafkaSink.write`` calls).
 Lines are generated as PostgreSQL prints values with the replication session's settings,
-edge values included, under Debezium's default settings and under others (where most
-columns take the Python fallback), with every snapshot mark;
+edge values included, under Debezium's default settings, under others (where most
+columns take the Python fallback) and in pgcdc's own JSON, with every snapshot mark;
 tests/integration/test_loadfast_json.py does the same with lines from a real server.  No
 broker: the producer is never asked to send.
 """
@@ -84,6 +84,7 @@ OPTIONS = {
     "strings": JsonOptions(decimal="string", time="isostring", interval="string",
                            binary="hex", database="d\u00e9j\u00e0"),
     "connect": JsonOptions(decimal="double", time="connect", binary="base64-url-safe"),
+    "pgcdc": JsonOptions(mode="pgcdc", database="shop"),
 }
 
 
@@ -241,23 +242,36 @@ def test_kinds_follow_the_column_types_and_settings() -> None:
     for name in ("price", "amount", "local", "day", "clock", "raw"):
         assert strings[name] == compiled.JSON_FALLBACK, name
     assert strings["at"] == compiled.JSON_TSTZ  # whatever the mode
+    pgcdc = kinds(OPTIONS["pgcdc"])
+    assert pgcdc["name"] == pgcdc["doc"] == compiled.JSON_STRING
+    assert pgcdc["id"] == pgcdc["o"] == pgcdc["small"] == compiled.JSON_INTEGER
+    assert pgcdc["price"] == pgcdc["amount"] == compiled.JSON_TEXT_NUMERIC
+    assert pgcdc["at"] == pgcdc["local3"] == compiled.JSON_ISO_TIMESTAMP
+    assert pgcdc["day"] == compiled.JSON_ISO_DATE
+    assert pgcdc["ratio"] == pgcdc["f4"] == compiled.JSON_FLOAT_BARE
+    assert pgcdc["items"] == compiled.JSON_INT_ARRAY
+    assert pgcdc["clock"] == pgcdc["raw"] == pgcdc["u"] == compiled.JSON_FALLBACK
     domain = TableVersion(44, "s", "t", "v", (
         Column("id", 90_000, "positive", -1, True, base_type="int4"),))
-    assert loadfast._json_kind(domain.columns[0], int,  # noqa: SLF001
-                               OPTIONS["default"]) == (compiled.JSON_FALLBACK, 0)
+    for options in OPTIONS.values():
+        assert loadfast._json_kind(domain.columns[0], int,  # noqa: SLF001
+                                   options) == (compiled.JSON_FALLBACK, 0)
 
 
-def test_a_table_without_columns_or_key(producer: Any) -> None:
+@pytest.mark.parametrize("options", ["default", "pgcdc"])
+def test_a_table_without_columns_or_key(producer: Any, options: str) -> None:
     empty = TableVersion(45, "s", "nothing", "v", ())
     keyless = TableVersion(46, "s", "log", "v", (Column("line", 25, "text", -1, False),))
-    assert _both(producer, [], 3, OPTIONS["default"], "first", empty)[0][1].startswith(
-        b'{"before":null,"after":{},')
-    fast, slow = _both(producer, ["a\\b"], 3, OPTIONS["default"], "last", keyless)
+    fast, slow = _both(producer, [], 3, OPTIONS[options], "first", empty)
+    assert fast == slow
+    assert fast[1].startswith(b'{"before":null,"after":{},')
+    fast, slow = _both(producer, ["a\\b"], 3, OPTIONS[options], "last", keyless)
     assert fast == slow
     assert fast[0] == b"{}"
 
 
-def test_common_values_are_written_without_python(producer: Any) -> None:
+@pytest.mark.parametrize("options", ["default", "pgcdc"])
+def test_common_values_are_written_without_python(producer: Any, options: str) -> None:
     """The compiled kinds write these values themselves: with every column's decoder (what
     a fallback calls) made to fail, the plan still writes the slow path's bytes."""
     fields: list[str | None] = [
@@ -266,9 +280,12 @@ def test_common_values_are_written_without_python(producer: Any) -> None:
         "2024-02-29 13:14:15.123", "2024-02-29", "13:14:15.5", "13:14:15.123", "-1.5e-07",
         "0.1", "t", '{"a": [1, "b"]}', "{1,NULL,3}", "{-9223372036854775808}", "\\x00ff10",
         None, None, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "4294967295", None, "x\ty"]
-    plan, decoder, _ = _plan(producer, OPTIONS["default"])
+    if options == "pgcdc":  # columns pgcdc's JSON leaves to Python: no value
+        for position in (12, 13, 20, 23):  # time, bytea, uuid
+            fields[position] = None
+    plan, decoder, _ = _plan(producer, OPTIONS[options])
     fast = plan.encode(_line(fields), 5, NOW_MS)
-    _, slow = _both(producer, fields, 5, OPTIONS["default"])
+    _, slow = _both(producer, fields, 5, OPTIONS[options])
     assert fast == slow
 
     def refuse(text: str) -> Any:
@@ -277,6 +294,6 @@ def test_common_values_are_written_without_python(producer: Any) -> None:
     decoder.columns = tuple((name, None if decode is None else refuse)
                             for name, decode, *_ in decoder.columns)
     poisoned = loadfast.compile_json_table(
-        producer, TABLE, decoder, JsonEncoder(OPTIONS["default"]), "app", "t",
+        producer, TABLE, decoder, JsonEncoder(OPTIONS[options]), "app", "t",
         [("pgcdc.table_version", b"v")], LSN, COMMIT_TIME)
     assert poisoned.encode(_line(fields), 5, NOW_MS) == slow
