@@ -68,6 +68,7 @@ typedef struct {
     int *args;  /* per column, its kind's argument (a scale, a precision) */
     PyObject *prefixes, *key_prefixes;  /* tuples of bytes: ,"name": (or {"name": first) */
     PyObject *pieces;
+    PyObject *dump;  /* value -> its JSON text, for the values put_native leaves */
 } Table;
 
 static void
@@ -91,6 +92,7 @@ Table_dealloc(Table *self)
     Py_XDECREF(self->prefixes);
     Py_XDECREF(self->key_prefixes);
     Py_XDECREF(self->pieces);
+    Py_XDECREF(self->dump);
     buf_free(&self->bytes);
     buf_free(&self->value);
     buf_free(&self->key);
@@ -215,20 +217,25 @@ bytes_tuple(PyObject *tuple, Py_ssize_t size, const char *what)
 }
 
 /* JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, prefixes,
- * key_prefixes, head, middle, pieces) */
+ * key_prefixes, head, middle, pieces, dump); a fallback gives the value to write (None,
+ * bool, int, float, str, list, dict: written here; anything else through dump) */
 static int
 JsonTable_init(Table *self, PyObject *args, PyObject *kwargs)
 {
     Producer *producer;
     const char *topic;
     PyObject *headers, *kinds, *arguments, *fallbacks, *keys, *prefixes, *key_prefixes, *head,
-        *middle, *pieces;
-    if (!PyArg_ParseTuple(args, "O!sO!O!O!O!O!O!O!SSO!", &ProducerType, &producer, &topic,
+        *middle, *pieces, *dump;
+    if (!PyArg_ParseTuple(args, "O!sO!O!O!O!O!O!O!SSO!O", &ProducerType, &producer, &topic,
                           &PyList_Type, &headers, &PyTuple_Type, &kinds, &PyTuple_Type,
                           &arguments, &PyTuple_Type, &fallbacks, &PyTuple_Type, &keys,
                           &PyTuple_Type, &prefixes, &PyTuple_Type, &key_prefixes, &head,
-                          &middle, &PyTuple_Type, &pieces))
+                          &middle, &PyTuple_Type, &pieces, &dump))
         return -1;
+    if (!PyCallable_Check(dump)) {
+        PyErr_SetString(PyExc_TypeError, "JsonTable: dump is called");
+        return -1;
+    }
     if (self->producer != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Table is initialized once");
         return -1;
@@ -261,6 +268,7 @@ JsonTable_init(Table *self, PyObject *args, PyObject *kwargs)
     self->value_head = Py_NewRef(head);  /* before the after image */
     self->middle = Py_NewRef(middle);
     self->pieces = Py_NewRef(pieces);
+    self->dump = Py_NewRef(dump);
     return 0;
 }
 
@@ -411,7 +419,16 @@ put_json_field(Table *self, int i, const char *s, Py_ssize_t n)
     if (done != 0)
         return done < 0 ? -1 : 0;
     self->value.size = start;
-    return put_fallback(self, i, s, n);
+    PyObject *string = PyUnicode_DecodeUTF8(s, n, "strict");
+    if (string == NULL)
+        return -1;
+    PyObject *value = PyObject_CallOneArg(PyTuple_GET_ITEM(self->fallbacks, i), string);
+    Py_DECREF(string);
+    if (value == NULL)
+        return -1;
+    int rc = put_native(&self->value, value, self->dump, 0);
+    Py_DECREF(value);
+    return rc;
 }
 
 /* the Row record (Avro) or the after image's members (JSON) of one COPY line (its fields
@@ -661,7 +678,7 @@ static PyTypeObject JsonTableType = {
     .tp_basicsize = sizeof(Table),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, "
-              "prefixes, key_prefixes, head, middle, pieces): read events in JSON",
+              "prefixes, key_prefixes, head, middle, pieces, dump): read events in JSON",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)JsonTable_init,
     .tp_dealloc = (destructor)Table_dealloc,

@@ -1,4 +1,4 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 FALLBACK: int
 TEXT: int
@@ -51,7 +51,7 @@ class JsonTable:
                  kinds: tuple[int, ...], args: tuple[int, ...], fallbacks: tuple[object, ...],
                  key_columns: tuple[int, ...], prefixes: tuple[bytes, ...],
                  key_prefixes: tuple[bytes, ...], head: bytes, middle: bytes,
-                 pieces: tuple[bytes, ...], /) -> None: ...
+                 pieces: tuple[bytes, ...], dump: Callable[[object], str], /) -> None: ...
     def rows(self, lines: Iterator[object], limit: int, ordinal: int, now_ms: int, /) -> int: ...
     def encode(self, line: object, ordinal: int, now_ms: int, /) -> tuple[bytes, bytes]: ...
 

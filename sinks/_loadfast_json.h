@@ -442,6 +442,84 @@ put_uuid(Buf *b, const char *s, Py_ssize_t n)
     return put_json_string(b, s, n) < 0 ? -1 : 1;
 }
 
+/* a Python value as json writes it (the envelope's JSON: allow_nan, no spaces,
+ * ensure_ascii off): None, bools, ints of 64 bits, floats, exact str, lists and dicts of
+ * those here, anything else as dump(value) gives it */
+static int
+put_native(Buf *b, PyObject *v, PyObject *dump, int depth)
+{
+    if (v == Py_None)
+        return PUTS(b, "null");
+    if (v == Py_True)
+        return PUTS(b, "true");
+    if (v == Py_False)
+        return PUTS(b, "false");
+    if (PyUnicode_CheckExact(v)) {
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(v, &size);
+        return text == NULL ? -1 : put_json_string(b, text, size);
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (n == -1 && PyErr_Occurred())
+            return -1;
+        if (!overflow)
+            return put_ll(b, n);
+    }
+    else if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(x))
+            return put_special(b, isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity", 0) < 0
+                ? -1 : 0;
+        char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL)
+            return -1;
+        int rc = put(b, text, (Py_ssize_t)strlen(text));
+        PyMem_Free(text);
+        return rc;
+    }
+    else if (PyList_CheckExact(v) && depth < 32) {
+        if (put_byte(b, '[') < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++)
+            if ((i && put_byte(b, ',') < 0)
+                || put_native(b, PyList_GET_ITEM(v, i), dump, depth + 1) < 0)
+                return -1;
+        return put_byte(b, ']');
+    }
+    else if (PyDict_CheckExact(v) && depth < 32) {
+        PyObject *key, *item;
+        Py_ssize_t pos = 0, start = b->size;
+        int first = 1, plain = 1;
+        if (put_byte(b, '{') < 0)
+            return -1;
+        while (PyDict_Next(v, &pos, &key, &item)) {
+            if (!PyUnicode_CheckExact(key)) {  /* keys of other types: as json writes them */
+                plain = 0;
+                break;
+            }
+            if ((!first && put_byte(b, ',') < 0) || put_native(b, key, dump, depth + 1) < 0
+                || put_byte(b, ':') < 0 || put_native(b, item, dump, depth + 1) < 0)
+                return -1;
+            first = 0;
+        }
+        if (plain)
+            return put_byte(b, '}');
+        b->size = start;
+    }
+    PyObject *text = PyObject_CallOneArg(dump, v);
+    if (text == NULL)
+        return -1;
+    Py_ssize_t size;
+    const char *data = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+    if (data == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_TypeError, "a JSON dump returned %R, not str", Py_TYPE(text));
+    int rc = data == NULL ? -1 : put(b, data, size);
+    Py_DECREF(text);
+    return rc;
+}
+
 /* one non-null value (its text, escapes undone) of a column of kind `kind`: 1 written,
  * 0 not one this code writes (the fallback does), -1 an error */
 static int

@@ -14,12 +14,11 @@ stream's decoder, then the Avro writer of sinks/avro.py, or the JSON encoder.
 
 In JSON the envelope's constant texts are cut from the encoder's own output for a read
 of the table whose columns are all null (at two ordinals and two processing times, to
-find where those go), and a fallback's text is the column's in the encoder's output for
-a read holding that one value (the others null): nothing of the envelope is spelled
-twice, and the compiled plan checks itself against the encoder when it is built.  In
-pgcdc's own JSON (``--json-mode pgcdc``) a value is written as the decoded value's JSON,
-whose text is the one Avro's string columns hold: its columns are compiled where Avro's
-are (:func:`_kind`).
+find where those go), and the compiled plan checks itself against the encoder when it is
+built; a fallback gives the value the encoder writes (the stream's decoder, the column's
+converter), which the compiled code writes as the envelope's JSON does.  In pgcdc's own
+JSON (``--json-mode pgcdc``) a value is written as the decoded value's JSON, whose text is
+the one Avro's string columns hold: its columns are compiled where Avro's are (:func:`_kind`).
 
 Durability is the sink's: :meth:`FastLoad.durable` flushes the producer and raises
 :class:`~sinks.acks.DeliveryError` for any message that failed; the worker reports a chunk
@@ -60,7 +59,7 @@ from decoder.values import (
 from sinks import debezium_json as dj
 from sinks.acks import DeliveryError
 from sinks.avro import AvroEncoder, field_writer, text_avro_type
-from sinks.envelope import JsonEncoder
+from sinks.envelope import JsonEncoder, text_of
 from sinks.kafka import KafkaSink
 from sinks.snapshot_marks import MARKS, mark
 from snapshot_builder.catalog import Column, TableVersion
@@ -164,6 +163,12 @@ def _json_kind(column: Column, decode: Callable[[str], Any] | None,
     return (lf.JSON_FALLBACK, 0) if compiled is None else (compiled, argument)
 
 
+def _json_text(value: Any) -> str:
+    """A value's JSON as the envelope writes it (``text_of`` of a list is the list's JSON:
+    the value's, in brackets)."""
+    return text_of([value])[1:-1]
+
+
 # the ordinals and processing times of the template reads the JSON plan is cut from
 _ORDINALS = (7_364_019_283_746_501_928, 5_182_736_450_918_273_645)
 _NOW_MS = (4_096_123_456_789, 3_141_592_653_589)
@@ -193,18 +198,20 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
     head = value[:value.index(nulls)]
     middle, _, rest = value[len(head) + len(nulls):].partition(str(_ORDINALS[0]).encode())
     pieces = tuple(rest.split(str(_NOW_MS[0]).encode()))
-    # where each column's value is in the template (its "null"): a fallback's text is there
-    starts = [len(head) + sum(len(p) + 4 for p in prefixes[:i]) + len(prefixes[i])
-              for i in range(len(prefixes))]
 
-    def fallback(column: Column, start: int,
-                 decode: Callable[[str], Any] | None) -> Callable[[str], bytes]:
-        end = len(value) - start - 4  # the template's bytes after the column's value
+    def fallback(column: Column, decode: Callable[[str], Any] | None) -> Callable[[str], Any]:
+        """The value the encoder writes for a column's text: the stream's decoder's, then
+        the column's converter's in Debezium's encoding (sinks/debezium_json.py); the
+        compiled code writes it as the envelope's JSON does (through _json_text if it is
+        not a plain JSON value)."""
+        convert = dj.column_converter(column, encoder.options) \
+            if encoder.options.mode == "debezium" else None
+        if convert is None:
+            return (lambda text: text) if decode is None else decode
 
-        def field(text: str) -> bytes:
-            written = read({**row, column.name: text if decode is None else decode(text)},
-                           _ORDINALS[0], _NOW_MS[0])[1]
-            return written[start:len(written) - end]
+        def field(text: str) -> Any:
+            value = text if decode is None else decode(text)
+            return None if value is None else convert(value)
         return field
 
     decoders = {column[0]: column[1] for column in decoder.columns}
@@ -212,10 +219,9 @@ def compile_json_table(producer: Any, table: TableVersion, decoder: RowDecoder,
     plan = _loadfast.JsonTable(
         producer, topic, [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers],
         tuple(k for k, _ in kinds), tuple(a for _, a in kinds),
-        tuple(fallback(c, start, decoders[c.name]) for c, start in zip(table.columns, starts,
-                                                                       strict=True)),
+        tuple(fallback(c, decoders[c.name]) for c in table.columns),
         keys, prefixes, tuple((b"," if k else b"{") + names[i] + b":" for k, i in enumerate(keys)),
-        head, middle, pieces)
+        head, middle, pieces, _json_text)
     # the plan's read of an all-null row is the encoder's, at other numbers too
     empty = "\t".join(["\\N"] * len(prefixes)).encode() + b"\n"
     for ordinal, now_ms in zip(_ORDINALS, _NOW_MS, strict=True):

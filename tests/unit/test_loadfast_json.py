@@ -77,6 +77,8 @@ TABLE = TableVersion(43, "shop", "every \"json\" kind", "v7", (
     Column("o", 26, "oid", -1, False),
     Column("cash", 790, "money", -1, False),
     Column("ñame \"q\"", 25, "text", -1, False),
+    Column("r", 3904, "int4range", -1, False),
+    Column("pt", 600, "point", -1, False),
 ))
 LSN, COMMIT_TIME, NOW_MS = 0x16B3748, 785_000_000_123_456, 1_795_000_000_000
 OPTIONS = {
@@ -119,6 +121,7 @@ def _outcome(work: Any) -> Any:
 def _both(producer: Any, fields: list[str | None], ordinal: int, options: JsonOptions,
           snapshot: str = "true", table: TableVersion = TABLE) -> tuple[Any, Any]:
     """The compiled plan's key and value of a line, and the slow path's (or their errors)."""
+    assert len(fields) == len(table.columns)
     plan, decoder, encoder = _plan(producer, options, snapshot, table)
 
     def slow() -> tuple[bytes, bytes]:
@@ -165,6 +168,8 @@ ROWS = st.tuples(
     _nullable(st.integers(0, 2**32 - 1).map(str)),
     _nullable(st.sampled_from(["$1,234.56", "-$0.01", "$0.00"])),
     _nullable(NO_NUL),
+    _nullable(st.sampled_from(["[1,5)", "empty", "(,3]", "[-2147483648,)"])),
+    _nullable(st.sampled_from(["(1.5,-2)", "(0,0)", "(1e+300,NaN)", "(-Infinity,-0)"])),
 )
 
 
@@ -182,20 +187,22 @@ EDGES = [
      "2024-01-01 00:00:00+00:00", "2024-01-01 00:00:01.123456+00", "2024-01-01 00:00:01",
      "1969-12-31 23:59:59.9999", "2024-01-01", "24:00:00", "00:00:00.000001", "1.5", "0.1",
      "t", '{"a": 1}', "{1,NULL,-3}", "{}", "\\x00ff", "PT1S", '{"x","y"}',
-     "7f2c9a3e-2b1f-4e6a-9d55-0a1b2c3d4e5f", "4294967295", "$1.00", "\u00e9\u2028"],
+     "7f2c9a3e-2b1f-4e6a-9d55-0a1b2c3d4e5f", "4294967295", "$1.00", "\u00e9\u2028", "[1,5)",
+     "(1.5,-2)"],
     ["", "-9223372036854775808", "-32768", "2147483647", "1e5", "100", "infinity", "infinity",
      "0044-03-15 12:00:00+00 BC", "infinity", "10000-01-01 00:00:00", "infinity",
      "23:59:59.999999", "12:00:00", "-Infinity", "NaN", "f", "null", "{-0,0}", "{NULL}",
-     "\\x", "-P1D", "{}", "7F2C9A3E-2B1F-4E6A-9D55-0A1B2C3D4E5F", "0", None, ""],
+     "\\x", "-P1D", "{}", "7F2C9A3E-2B1F-4E6A-9D55-0A1B2C3D4E5F", "0", None, "", "empty",
+     "(1e+300,NaN)"],
     ["x", "0", "0", "0", "-0", "0.5", "2024-02-29 23:59:59+05:30", "0001-01-01 00:00:00+00",
      "9999-12-31 23:59:59.999999+00", "0001-01-01 00:00:00", "1970-01-01 00:00:00.0005",
      "0044-03-15 BC", "00:00:00", "23:59:59.9995", "1e400", "-0", "x", "[]", "{1,+2}",
-     "{9223372036854775807,-9223372036854775808}", "\\xZZ", None, None, "not-a-uuid", "7",
-     None, None],
-    ["nul", "5", None, None, "12345678901234567890123456789012345678.5", "0.001", "2024-02-30 "
+     "{9223372036854775807,-9223372036854775808}", "\\xDEADbeef", None, None,
+     "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "7", None, None, "(,3]", "(-Infinity,-0)"],
+    ["nul", "5", None, None, "12345678901234567890123456789012345678.5", "0.010", "2024-02-30 "
      "00:00:00+00", None, None, "2024-02-29 12:00:00", None, "2023-02-29", None, None,
      "1.7976931348623157e+308", "1e-45", None, None, None, None, None, None, None, None, None,
-     None, None],
+     None, None, None, None],
 ]
 
 
@@ -206,14 +213,16 @@ def test_edge_rows(producer: Any, fields: list[str | None], options: str) -> Non
     assert fast == slow
 
 
-def test_an_unrepresentable_value_is_the_slow_paths_error(producer: Any) -> None:
-    """A numeric the settings cannot write stops the load as it stops the stream."""
+def test_a_refused_value_is_the_slow_paths_error(producer: Any) -> None:
+    """A numeric the settings cannot write stops the load as it stops the stream, and a
+    value the decoder refuses fails as it fails there (same error, same message)."""
     plan, _, _ = _plan(producer, OPTIONS["default"])
-    for column, text in ((4, "NaN"), (5, "0.001"), (5, "Infinity")):
-        fields: list[str | None] = ["a", "1"] + [None] * 25
+    for column, text in ((4, "NaN"), (5, "0.001"), (5, "Infinity"), (20, "\\xZZ")):
+        fields: list[str | None] = ["a", "1"] + [None] * 27
         fields[column] = text
-        with pytest.raises(UnrepresentableValueError):
-            plan.encode(_line(fields), 0, NOW_MS)
+        fast, slow = _both(producer, fields, 0, OPTIONS["default"])
+        assert fast == slow
+        assert fast[0] is (ValueError if column == 20 else UnrepresentableValueError)
 
 
 def test_kinds_follow_the_column_types_and_settings() -> None:
@@ -279,7 +288,8 @@ def test_common_values_are_written_without_python(producer: Any, options: str) -
         "2024-02-29 13:14:15+00", "2024-02-29 13:14:15.123456+00", "1969-12-31 23:59:59.9995",
         "2024-02-29 13:14:15.123", "2024-02-29", "13:14:15.5", "13:14:15.123", "-1.5e-07",
         "0.1", "t", '{"a": [1, "b"]}', "{1,NULL,3}", "{-9223372036854775808}", "\\x00ff10",
-        None, None, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "4294967295", None, "x\ty"]
+        None, None, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "4294967295", None, "x\ty", None,
+        None]
     if options == "pgcdc":  # columns pgcdc's JSON leaves to Python: no value
         for position in (12, 13, 20, 23):  # time, bytea, uuid
             fields[position] = None
