@@ -18,7 +18,8 @@ def _compiled(name: str, source: str, *depends: str) -> Extension:
 
 setup(ext_modules=[_compiled("decoder._fastrow", "decoder/_fastrow.c"),
                    _compiled("sinks._fastavro", "sinks/_fastavro.c", "sinks/_avrobuf.h"),
-                   _compiled("sinks._fastjson", "sinks/_fastjson.c"),
+                   _compiled("sinks._fastjson", "sinks/_fastjson.c", "sinks/_jsonbuf.h"),
                    _compiled("sinks._loadfast", "sinks/_loadfast.c", "sinks/_avrobuf.h",
                              "sinks/_loadfast_rdkafka.h", "sinks/_loadfast_text.h",
-                             "sinks/_loadfast_libpq.h", "sinks/_loadfast_json.h")])
+                             "sinks/_loadfast_libpq.h", "sinks/_loadfast_json.h",
+                             "sinks/_jsonbuf.h")])

@@ -15,7 +15,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <datetime.h>
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,7 +35,7 @@ typedef struct {
 } Buf;
 
 static inline int
-reserve(Buf *b, Py_ssize_t more)
+buf_reserve(Buf *b, Py_ssize_t more)
 {
     if (b->size + more <= b->capacity)
         return 0;
@@ -60,19 +59,17 @@ reserve(Buf *b, Py_ssize_t more)
 static inline int
 put(Buf *b, const char *text, Py_ssize_t size)
 {
-    if (reserve(b, size) < 0)
+    if (buf_reserve(b, size) < 0)
         return -1;
     memcpy(b->data + b->size, text, (size_t)size);
     b->size += size;
     return 0;
 }
 
-#define PUTS(b, text) put((b), (text), (Py_ssize_t)(sizeof(text) - 1))
-
 static int
 put_byte(Buf *b, char c)
 {
-    if (reserve(b, 1) < 0)
+    if (buf_reserve(b, 1) < 0)
         return -1;
     b->data[b->size++] = c;
     return 0;
@@ -88,49 +85,12 @@ put_utf8(Buf *b, PyObject *text)
     return put(b, data, size);
 }
 
-static const char PAIRS[] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-/* the decimal text of n into out (at least 21 bytes); returns its length */
-static int
-format_ll(char *out, long long n)
-{
-    char digits[24];
-    int at = 24;
-    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
-    while (u >= 100) {
-        unsigned pair = (unsigned)(u % 100) * 2;
-        u /= 100;
-        digits[--at] = PAIRS[pair + 1];
-        digits[--at] = PAIRS[pair];
-    }
-    if (u >= 10) {
-        digits[--at] = PAIRS[u * 2 + 1];
-        digits[--at] = PAIRS[u * 2];
-    } else {
-        digits[--at] = (char)('0' + u);
-    }
-    if (n < 0)
-        digits[--at] = '-';
-    memcpy(out, digits + at, (size_t)(24 - at));
-    return 24 - at;
-}
-
-static int
-put_ll(Buf *b, long long n)
-{
-    if (reserve(b, 21) < 0)
-        return -1;
-    b->size += format_ll(b->data + b->size, n);
-    return 0;
-}
+#include "_jsonbuf.h"
 
 static int
 put_fixed(Buf *b, long n, int width)
 {
-    if (reserve(b, width) < 0)
+    if (buf_reserve(b, width) < 0)
         return -1;
     for (int i = width - 1; i >= 0; i--) {
         b->data[b->size + i] = (char)('0' + n % 10);
@@ -140,163 +100,7 @@ put_fixed(Buf *b, long n, int width)
     return 0;
 }
 
-/* Python's json string (ensure_ascii=False): quotes, backslash and control characters
- * escaped, everything else as UTF-8 */
-static int
-put_json_str(Buf *b, PyObject *text)
-{
-    Py_ssize_t size;
-    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
-    if (data == NULL)
-        return -1;
-    if (reserve(b, size * 6 + 2) < 0)
-        return -1;
-    char *out = b->data + b->size;
-    *out++ = '"';
-    for (Py_ssize_t i = 0; i < size; i++) {
-        unsigned char c = (unsigned char)data[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *out++ = (char)c;
-            continue;
-        }
-        *out++ = '\\';
-        switch (c) {
-        case '"': *out++ = '"'; break;
-        case '\\': *out++ = '\\'; break;
-        case '\n': *out++ = 'n'; break;
-        case '\r': *out++ = 'r'; break;
-        case '\t': *out++ = 't'; break;
-        case '\b': *out++ = 'b'; break;
-        case '\f': *out++ = 'f'; break;
-        default:
-            *out++ = 'u';
-            *out++ = '0';
-            *out++ = '0';
-            *out++ = "0123456789abcdef"[c >> 4];
-            *out++ = "0123456789abcdef"[c & 15];
-        }
-    }
-    *out++ = '"';
-    b->size = out - b->data;
-    return 0;
-}
-
-static int
-put_dumps(Buf *b, PyObject *value)
-{
-    PyObject *text = PyObject_CallOneArg(dumps, value);
-    if (text == NULL)
-        return -1;
-    int rc = put_utf8(b, text);
-    Py_DECREF(text);
-    return rc;
-}
-
-static int
-put_float(Buf *b, double x, int debezium)
-{
-    if (!isfinite(x)) {
-        const char *text = isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity";
-        if (debezium && put_byte(b, '"') < 0)
-            return -1;
-        if (put(b, text, (Py_ssize_t)strlen(text)) < 0)
-            return -1;
-        return debezium ? put_byte(b, '"') : 0;
-    }
-    char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (text == NULL)
-        return -1;
-    int rc = put(b, text, (Py_ssize_t)strlen(text));
-    PyMem_Free(text);
-    return rc;
-}
-
-/* a value as Python's json writes it (what _dumps gives), natively where it can */
-static int
-put_native(Buf *b, PyObject *v, int depth)
-{
-    if (v == Py_None)
-        return PUTS(b, "null");
-    if (v == Py_True)
-        return PUTS(b, "true");
-    if (v == Py_False)
-        return PUTS(b, "false");
-    if (PyUnicode_CheckExact(v))
-        return put_json_str(b, v);
-    if (PyLong_CheckExact(v)) {
-        int overflow;
-        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow == 0) {
-            if (n == -1 && PyErr_Occurred())
-                return -1;
-            return put_ll(b, n);
-        }
-        return put_dumps(b, v);
-    }
-    if (PyFloat_CheckExact(v))
-        return put_float(b, PyFloat_AS_DOUBLE(v), 0);
-    if (PyList_CheckExact(v) && depth < 32) {
-        if (put_byte(b, '[') < 0)
-            return -1;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
-            if (i && put_byte(b, ',') < 0)
-                return -1;
-            if (put_native(b, PyList_GET_ITEM(v, i), depth + 1) < 0)
-                return -1;
-        }
-        return put_byte(b, ']');
-    }
-    if (PyDict_CheckExact(v) && depth < 32) {
-        PyObject *key, *item;
-        Py_ssize_t pos = 0, start = b->size;
-        int first = 1;
-        if (put_byte(b, '{') < 0)
-            return -1;
-        while (PyDict_Next(v, &pos, &key, &item)) {
-            if (!PyUnicode_CheckExact(key)) {  /* keys of other types: as json writes them */
-                b->size = start;
-                return put_dumps(b, v);
-            }
-            if ((!first && put_byte(b, ',') < 0) || put_json_str(b, key) < 0
-                    || put_byte(b, ':') < 0 || put_native(b, item, depth + 1) < 0)
-                return -1;
-            first = 0;
-        }
-        return put_byte(b, '}');
-    }
-    return put_dumps(b, v);
-}
-
 /* --- values by column kind -------------------------------------------------------------- */
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int
-put_base64(Buf *b, const unsigned char *data, Py_ssize_t size)
-{
-    if (reserve(b, (size + 2) / 3 * 4 + 2) < 0)
-        return -1;
-    char *out = b->data + b->size;
-    *out++ = '"';
-    Py_ssize_t i = 0;
-    for (; i + 2 < size; i += 3) {
-        unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
-        *out++ = B64[v >> 18];
-        *out++ = B64[(v >> 12) & 63];
-        *out++ = B64[(v >> 6) & 63];
-        *out++ = B64[v & 63];
-    }
-    if (i < size) {
-        unsigned v = (unsigned)data[i] << 16 | (i + 1 < size ? (unsigned)data[i + 1] << 8 : 0);
-        *out++ = B64[v >> 18];
-        *out++ = B64[(v >> 12) & 63];
-        *out++ = i + 1 < size ? B64[(v >> 6) & 63] : '=';
-        *out++ = '=';
-    }
-    *out++ = '"';
-    b->size = out - b->data;
-    return 0;
-}
 
 /* 1: a numeric(p,s) Decimal written as its unscaled value's two's complement in base64;
  * 0: not one C writes (special, too many digits, more decimal places than the scale) */
@@ -347,52 +151,9 @@ put_numeric(Buf *b, PyObject *value, int scale)
     Py_DECREF(text);
     if (!ok)
         return 0;
-    int shift = scale - fraction + exponent;
-    for (; shift > 0; shift--) {
-        if (u > (((unsigned __int128)1) << 126) / 10)
-            return 0;
-        u *= 10;
-    }
-    for (; shift < 0; shift++) {
-        if (u % 10)
-            return 0;
-        u /= 10;
-    }
-    if (u >> 126)
+    if (!rescale(&u, scale - fraction + exponent))
         return 0;
-    __int128 v = negative ? -(__int128)u : (__int128)u;
-    unsigned __int128 magnitude = v < 0 ? ~(unsigned __int128)v : (unsigned __int128)v;
-    int bits = 0;
-    while (magnitude) {
-        bits++;
-        magnitude >>= 1;
-    }
-    int n = bits / 8 + 1;
-    unsigned char bytes[17];
-    unsigned __int128 w = (unsigned __int128)v;
-    for (int k = n - 1; k >= 0; k--) {
-        bytes[k] = (unsigned char)(w & 0xFF);
-        w >>= 8;
-    }
-    return put_base64(b, bytes, n) < 0 ? -1 : 1;
-}
-
-static long long
-days_from_civil(int y, int m, int d)
-{
-    y -= m <= 2;
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    long long yoe = y - era * 400;
-    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static long long
-floor_div(long long a, long long b)
-{
-    long long q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+    return put_twos_complement(b, u, negative) < 0 ? -1 : 1;
 }
 
 static long long
@@ -502,11 +263,11 @@ put_column(Buf *b, PyObject *column, PyObject *v)
         b->size = start;
     }
     if (convert == Py_None)
-        return put_native(b, v, 0);
+        return put_native(b, v, dumps, 0);
     PyObject *converted = PyObject_CallOneArg(convert, v);
     if (converted == NULL)
         return -1;
-    int rc = put_native(b, converted, 0);
+    int rc = put_native(b, converted, dumps, 0);
     Py_DECREF(converted);
     return rc < 0 ? -1 : 0;
 }
@@ -666,7 +427,7 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             || PUTS(&value, ",\"lsn\":") < 0 || put(&value, lsn_text, lsn_size) < 0
             || put_utf8(&value, PART(3)) < 0 || put(&value, commit_text, commit_size) < 0
             || PUTS(&value, ",\"ordinal\":") < 0 || put_ll(&value, ordinal) < 0
-            || put_utf8(&value, PART(4)) < 0 || put_json_str(&value, op) < 0
+            || put_utf8(&value, PART(4)) < 0 || put_native(&value, op, dumps, 0) < 0
             || PUTS(&value, ",\"ts_ms\":") < 0 || put(&value, now_text, now_size) < 0
             || PUTS(&value, ",\"ts_us\":") < 0 || put(&value, now_text, now_size) < 0
             || PUTS(&value, "000,\"ts_ns\":") < 0 || put(&value, now_text, now_size) < 0
@@ -674,7 +435,7 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unchanged); i++) {
         PyObject *name = PyTuple_GET_ITEM(unchanged, i);
-        if ((i && put_byte(&value, ',') < 0) || put_native(&value, name, 0) < 0)
+        if ((i && put_byte(&value, ',') < 0) || put_native(&value, name, dumps, 0) < 0)
             goto done;
     }
     if (PUTS(&value, "]}") < 0)

@@ -659,31 +659,27 @@ static PyMethodDef Table_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject TableType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sinks._loadfast.Table",
-    .tp_basicsize = sizeof(Table),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail"
-              "[, key_head, value_head])",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Table_init,
-    .tp_dealloc = (destructor)Table_dealloc,
-    .tp_methods = Table_methods,
-};
+/* Table (Avro) and JsonTable: one struct and methods, each its own constructor */
+#define TABLE_TYPE(name, doc, init) {                                                    \
+    PyVarObject_HEAD_INIT(NULL, 0)                                                        \
+    .tp_name = "sinks._loadfast." name,                                                   \
+    .tp_basicsize = sizeof(Table),                                                        \
+    .tp_flags = Py_TPFLAGS_DEFAULT,                                                       \
+    .tp_doc = doc,                                                                        \
+    .tp_new = PyType_GenericNew,                                                          \
+    .tp_init = (initproc)init,                                                            \
+    .tp_dealloc = (destructor)Table_dealloc,                                              \
+    .tp_methods = Table_methods,                                                          \
+}
 
-static PyTypeObject JsonTableType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sinks._loadfast.JsonTable",
-    .tp_basicsize = sizeof(Table),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, "
-              "prefixes, key_prefixes, head, middle, pieces, dump): read events in JSON",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)JsonTable_init,
-    .tp_dealloc = (destructor)Table_dealloc,
-    .tp_methods = Table_methods,
-};
+static PyTypeObject TableType = TABLE_TYPE(
+    "Table", "Table(producer, topic, headers, kinds, fallbacks, key_columns, middle, tail"
+             "[, key_head, value_head])", Table_init);
+
+static PyTypeObject JsonTableType = TABLE_TYPE(
+    "JsonTable", "JsonTable(producer, topic, headers, kinds, args, fallbacks, key_columns, "
+                 "prefixes, key_prefixes, head, middle, pieces, dump): read events in JSON",
+    JsonTable_init);
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "sinks._loadfast",

@@ -9,6 +9,8 @@
 #ifndef PGCDC_LOADFAST_JSON_H
 #define PGCDC_LOADFAST_JSON_H
 
+#include "_jsonbuf.h"
+
 /* a column's JSON writer (0, FALLBACK: its Python fallback), with an argument for some */
 enum { J_FALLBACK, J_STRING, J_INTEGER, J_BOOLEAN, J_FLOAT, J_NUMERIC, J_NUMERIC_VARIABLE,
        J_DATE_DAYS, J_TIME_MICROS, J_TIME_MILLIS, J_TS_MICROS, J_TS_MILLIS, J_TSTZ, J_BASE64,
@@ -16,104 +18,6 @@ enum { J_FALLBACK, J_STRING, J_INTEGER, J_BOOLEAN, J_FLOAT, J_NUMERIC, J_NUMERIC
        /* pgcdc's own JSON: a float's NaN and infinities bare (as Python's json writes
         * them), numeric, date and timestamps as strings of their Python text */
        J_FLOAT_BARE, J_TEXT_NUMERIC, J_ISO_DATE, J_ISO_TIMESTAMP, J_COUNT };
-
-#define PUTS(b, text) put((b), (text), (Py_ssize_t)(sizeof(text) - 1))
-
-static const char PAIRS[] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
-/* n's decimal text (Python's str(int)) */
-static int
-put_ll(Buf *b, long long n)
-{
-    char digits[24];
-    int at = 24;
-    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
-    while (u >= 100) {
-        unsigned pair = (unsigned)(u % 100) * 2;
-        u /= 100;
-        digits[--at] = PAIRS[pair + 1];
-        digits[--at] = PAIRS[pair];
-    }
-    if (u >= 10) {
-        digits[--at] = PAIRS[u * 2 + 1];
-        digits[--at] = PAIRS[u * 2];
-    }
-    else
-        digits[--at] = (char)('0' + u);
-    if (n < 0)
-        digits[--at] = '-';
-    return put(b, digits + at, 24 - at);
-}
-
-/* a JSON string as Python's json writes it with ensure_ascii=False: the quote, the
- * backslash and control characters escaped, every other byte as it is (UTF-8) */
-static int
-put_json_string(Buf *b, const char *s, Py_ssize_t n)
-{
-    if (buf_reserve(b, n * 6 + 2) < 0)
-        return -1;
-    char *out = b->data + b->size;
-    *out++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *out++ = (char)c;
-            continue;
-        }
-        *out++ = '\\';
-        switch (c) {
-        case '"': *out++ = '"'; break;
-        case '\\': *out++ = '\\'; break;
-        case '\n': *out++ = 'n'; break;
-        case '\r': *out++ = 'r'; break;
-        case '\t': *out++ = 't'; break;
-        case '\b': *out++ = 'b'; break;
-        case '\f': *out++ = 'f'; break;
-        default:
-            *out++ = 'u';
-            *out++ = '0';
-            *out++ = '0';
-            *out++ = "0123456789abcdef"[c >> 4];
-            *out++ = "0123456789abcdef"[c & 15];
-        }
-    }
-    *out++ = '"';
-    b->size = out - b->data;
-    return 0;
-}
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* base64 with padding (binascii.b2a_base64), quoted */
-static int
-put_base64(Buf *b, const unsigned char *data, Py_ssize_t size)
-{
-    if (buf_reserve(b, (size + 2) / 3 * 4 + 2) < 0)
-        return -1;
-    char *out = b->data + b->size;
-    *out++ = '"';
-    Py_ssize_t i = 0;
-    for (; i + 2 < size; i += 3) {
-        unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
-        *out++ = B64[v >> 18];
-        *out++ = B64[(v >> 12) & 63];
-        *out++ = B64[(v >> 6) & 63];
-        *out++ = B64[v & 63];
-    }
-    if (i < size) {
-        unsigned v = (unsigned)data[i] << 16 | (i + 1 < size ? (unsigned)data[i + 1] << 8 : 0);
-        *out++ = B64[v >> 18];
-        *out++ = B64[(v >> 12) & 63];
-        *out++ = i + 1 < size ? B64[(v >> 6) & 63] : '=';
-        *out++ = '=';
-    }
-    *out++ = '"';
-    b->size = out - b->data;
-    return 0;
-}
 
 static int
 hex_digit(char c)
@@ -179,27 +83,6 @@ parse_numeric(const char *s, Py_ssize_t n, unsigned __int128 *number, int *negat
     return 1;
 }
 
-/* Java's BigInteger.toByteArray of (negative ? -u : u), base64, quoted; u < 2**126 */
-static int
-put_twos_complement(Buf *b, unsigned __int128 u, int negative)
-{
-    __int128 v = negative ? -(__int128)u : (__int128)u;
-    unsigned __int128 magnitude = v < 0 ? ~(unsigned __int128)v : (unsigned __int128)v;
-    int bits = 0;
-    while (magnitude) {
-        bits++;
-        magnitude >>= 1;
-    }
-    int size = bits / 8 + 1;
-    unsigned char bytes[17];
-    unsigned __int128 w = (unsigned __int128)v;
-    for (int k = size - 1; k >= 0; k--) {
-        bytes[k] = (unsigned char)(w & 0xFF);
-        w >>= 8;
-    }
-    return put_base64(b, bytes, size);
-}
-
 /* numeric(p,s) in precise mode: the unscaled value at scale s (debezium_json._unscaled) */
 static int
 put_numeric_fixed(Buf *b, const char *s, Py_ssize_t n, int scale)
@@ -208,19 +91,8 @@ put_numeric_fixed(Buf *b, const char *s, Py_ssize_t n, int scale)
     int negative, fraction;
     if (!parse_numeric(s, n, &u, &negative, &fraction))
         return 0;
-    int shift = scale - fraction;
-    for (; shift > 0; shift--) {
-        if (u > (((unsigned __int128)1) << 126) / 10)
-            return 0;
-        u *= 10;
-    }
-    for (; shift < 0; shift++) {
-        if (u % 10)
-            return 0;  /* more decimal places than the scale: Python's error */
-        u /= 10;
-    }
-    if (u >> 126)
-        return 0;
+    if (!rescale(&u, scale - fraction))
+        return 0;  /* e.g. more decimal places than the scale: Python's error */
     return put_twos_complement(b, u, negative) < 0 ? -1 : 1;
 }
 
@@ -245,23 +117,11 @@ put_numeric_variable(Buf *b, const char *s, Py_ssize_t n)
     return 1;
 }
 
-/* NaN, Infinity or -Infinity, as a string (Debezium's) or bare (Python's json) */
-static int
-put_special(Buf *b, const char *name, int quoted)
-{
-    if (quoted && put_byte(b, '"') < 0)
-        return -1;
-    if (put(b, name, (Py_ssize_t)strlen(name)) < 0 || (quoted && put_byte(b, '"') < 0))
-        return -1;
-    return 1;
-}
-
 /* a float's text as float() reads it, written as json writes the float: repr, or NaN,
  * Infinity, -Infinity, as strings when quoted (debezium_json.float_value) */
 static int
 put_json_float(Buf *b, const char *s, Py_ssize_t n, int quoted)
 {
-    double d;
     if ((n == 3 && memcmp(s, "NaN", 3) == 0) || (n == 8 && memcmp(s, "Infinity", 8) == 0)
         || (n == 9 && memcmp(s, "-Infinity", 9) == 0)) {
         char name[10];
@@ -280,35 +140,10 @@ put_json_float(Buf *b, const char *s, Py_ssize_t n, int quoted)
         number[i] = c;
     }
     number[n] = '\0';
-    d = strtod(number, &end);
+    double d = strtod(number, &end);
     if (end != number + n)
         return 0;
-    if (!isfinite(d))
-        return put_special(b, d > 0 ? "Infinity" : "-Infinity", quoted);
-    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (text == NULL)
-        return -1;
-    int rc = put(b, text, (Py_ssize_t)strlen(text));
-    PyMem_Free(text);
-    return rc < 0 ? -1 : 1;
-}
-
-static long long
-days_from_civil(int y, int m, int d)
-{
-    y -= m <= 2;
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    long long yoe = y - era * 400;
-    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static long long
-floor_div(long long a, long long b)
-{
-    long long q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+    return put_float(b, d, quoted) < 0 ? -1 : 1;
 }
 
 /* "HH:MM:SS[.f{1,6}]" at s, hours 0-23: its microseconds past midnight and length, or 0 */
@@ -440,84 +275,6 @@ put_uuid(Buf *b, const char *s, Py_ssize_t n)
             return 0;
     }
     return put_json_string(b, s, n) < 0 ? -1 : 1;
-}
-
-/* a Python value as json writes it (the envelope's JSON: allow_nan, no spaces,
- * ensure_ascii off): None, bools, ints of 64 bits, floats, exact str, lists and dicts of
- * those here, anything else as dump(value) gives it */
-static int
-put_native(Buf *b, PyObject *v, PyObject *dump, int depth)
-{
-    if (v == Py_None)
-        return PUTS(b, "null");
-    if (v == Py_True)
-        return PUTS(b, "true");
-    if (v == Py_False)
-        return PUTS(b, "false");
-    if (PyUnicode_CheckExact(v)) {
-        Py_ssize_t size;
-        const char *text = PyUnicode_AsUTF8AndSize(v, &size);
-        return text == NULL ? -1 : put_json_string(b, text, size);
-    }
-    if (PyLong_CheckExact(v)) {
-        int overflow;
-        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (n == -1 && PyErr_Occurred())
-            return -1;
-        if (!overflow)
-            return put_ll(b, n);
-    }
-    else if (PyFloat_CheckExact(v)) {
-        double x = PyFloat_AS_DOUBLE(v);
-        if (!isfinite(x))
-            return put_special(b, isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity", 0) < 0
-                ? -1 : 0;
-        char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-        if (text == NULL)
-            return -1;
-        int rc = put(b, text, (Py_ssize_t)strlen(text));
-        PyMem_Free(text);
-        return rc;
-    }
-    else if (PyList_CheckExact(v) && depth < 32) {
-        if (put_byte(b, '[') < 0)
-            return -1;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++)
-            if ((i && put_byte(b, ',') < 0)
-                || put_native(b, PyList_GET_ITEM(v, i), dump, depth + 1) < 0)
-                return -1;
-        return put_byte(b, ']');
-    }
-    else if (PyDict_CheckExact(v) && depth < 32) {
-        PyObject *key, *item;
-        Py_ssize_t pos = 0, start = b->size;
-        int first = 1, plain = 1;
-        if (put_byte(b, '{') < 0)
-            return -1;
-        while (PyDict_Next(v, &pos, &key, &item)) {
-            if (!PyUnicode_CheckExact(key)) {  /* keys of other types: as json writes them */
-                plain = 0;
-                break;
-            }
-            if ((!first && put_byte(b, ',') < 0) || put_native(b, key, dump, depth + 1) < 0
-                || put_byte(b, ':') < 0 || put_native(b, item, dump, depth + 1) < 0)
-                return -1;
-            first = 0;
-        }
-        if (plain)
-            return put_byte(b, '}');
-        b->size = start;
-    }
-    PyObject *text = PyObject_CallOneArg(dump, v);
-    if (text == NULL)
-        return -1;
-    Py_ssize_t size;
-    const char *data = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
-    if (data == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_TypeError, "a JSON dump returned %R, not str", Py_TYPE(text));
-    int rc = data == NULL ? -1 : put(b, data, size);
-    Py_DECREF(text);
-    return rc;
 }
 
 /* one non-null value (its text, escapes undone) of a column of kind `kind`: 1 written,
