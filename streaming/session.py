@@ -67,6 +67,13 @@ def build_session(app_name: str = "pgcdc", *, master: str | None = "local[2]",
         # (a catch-up of 270,020 events in 10,000-offset batches: 339 Spark jobs instead of
         # 445, 122 s instead of 222 s; docs/benchmarks.md)
         "spark.sql.adaptive.enabled": "false",
+        # expressions evaluated as they are, not compiled to Java first: a micro-batch's
+        # plans differ per table (its columns), so each table's apply compiled its own
+        # classes (Janino: a quarter of the driver JVM's CPU with 20 tables in a batch);
+        # interpreted, 20 tables cost about 25 % less JVM CPU and a 90,000-event batch of one
+        # table no more (docs/benchmarks.md, "Compiled or interpreted expressions")
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "2g",
