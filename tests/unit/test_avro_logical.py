@@ -362,7 +362,9 @@ _ZONES = st.sampled_from([UTC, timezone(timedelta(hours=2)), timezone(timedelta(
 # a timestamptz whose instant Python can hold in UTC, as the decoder gives it (a wall time of
 # 0001-01-01 00:00 at +02 is 0000-12-31 in UTC: the decoder spells such a value as text, and
 # fastavro cannot read it back as a datetime)
-_ZONED = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+# (hypothesis takes the bounds as naive wall times)
+_ZONED = st.datetimes(min_value=datetime(1, 1, 2),  # noqa: DTZ001
+                      max_value=datetime(9999, 12, 30),  # noqa: DTZ001
                       timezones=_ZONES)
 _INTS = st.lists(st.none() | st.integers(-(2**31), 2**31 - 1), max_size=5)
 
