@@ -38,6 +38,10 @@ from tests.unit.test_loadfast import (
     _pg_float,
 )
 
+# The compiled module is optional (setup.py builds it only where a C compiler exists; the
+# load then takes the Python path these tests compare against), and it needs the librdkafka
+# confluent_kafka ships. `make setup` and CI have both, so there these skips never fire;
+# tests/integration/test_loadfast_json.py asserts the compiled path is taken.
 loadfast = pytest.importorskip("sinks.loadfast")
 if loadfast._loadfast is None:  # noqa: SLF001
     pytest.skip("sinks._loadfast is not built (no C compiler)", allow_module_level=True)
