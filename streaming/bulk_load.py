@@ -14,7 +14,10 @@ What differs:
    transaction stays open until the last table is written, so each Spark task imports it
    on a connection of its own (``SET TRANSACTION SNAPSHOT``) whenever it runs;
 2. per table, one Spark job (``readers`` tables at once, from threads of the driver): one
-   task per chunk COPYs its page range in text, decodes each
+   task per chunk reads its page range.  On the JVM (streaming/jdbc_read.py: PostgreSQL's
+   JDBC driver, each value as PostgreSQL itself spells the Avro sink's value) for a table
+   of the types that module names, unless it cannot connect as libpq did; otherwise the
+   task COPYs its page range in text, decodes each
    row with the stream's own decoders (chunk_reader.row_builder over a registry of the
    custom types read under the snapshot) and hands it on as the Avro sink would encode it
    (bool, int, long, float, double and bytes typed, every other value as
@@ -89,7 +92,7 @@ from sinks.envelope import text_of
 from sinks.null import NullSink
 from snapshot_builder.catalog import TableVersion
 from snapshot_builder.row_decoders import RowDecoderFactory
-from streaming import multiset, sql_text
+from streaming import jdbc_read, multiset, sql_text
 from streaming.apply import META_COLUMNS, shape, table_path
 from streaming.evolution import evolve, quote, set_properties, table_exists
 from streaming.ownership import owner
@@ -135,6 +138,16 @@ class _Setup:
     table: PublishedTable
     load_lsn: int
     attempt: int
+    lock_timeout_ms: int = 0
+
+
+@dataclass(frozen=True)
+class _Jvm:
+    """How the load reads on the JVM (streaming/jdbc_read.py): the driver's source and the
+    enum types of the tables' columns."""
+
+    source: jdbc_read.JdbcSource
+    enums: frozenset[int]
 
 
 def _plain(kind: str) -> Callable[[Any], Any]:
@@ -163,6 +176,9 @@ def avro_row(table: TableVersion) -> Callable[[dict[str, Any]], tuple[Any, ...]]
 # the Arrow type of each of the Avro sink's Spark types (_AVRO_SPARK), by name
 _ARROW = {"boolean": "bool_", "int": "int32", "bigint": "int64", "float": "float32",
           "double": "float64", "binary": "binary", "string": "string"}
+
+# Spark's own settings for compiled expressions (streaming/session.py turns them off)
+COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 # rows per Arrow batch a task hands to the JVM
 ARROW_BATCH_ROWS = 8192
@@ -220,10 +236,12 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
                     rows += 1
 
 
-def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec) -> Any:
+def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec,
+              jvm: _Jvm | None = None) -> Any:
     """The chunks' rows as the stream's envelopes (streaming/apply.py parse_envelopes'
     shape): op ``r``, ``after`` a map of each value's text built as its Avro decoding builds
-    it, and ``source`` with the read's position."""
+    it, and ``source`` with the read's position.  Read on the JVM (``jvm``,
+    streaming/jdbc_read.py) where every column of the table can be, else by Python tasks."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
     table = setup.table.table
@@ -236,9 +254,16 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     # earlier attempt (whose delta read ChunkTask.since would ask for) has its commit, and
     # a table read again has none (its lake table was removed since): nothing of it is kept
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
-    # one task per chunk: a range of chunk numbers, each partition reading its own
-    rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
-        partial(arrow_batches, setup, chunks, fields, kinds), schema)
+    if jvm is not None and jdbc_read.readable(table, jvm.enums):
+        log.info("reading %s with the JDBC driver", spec.qualified_name)
+        rows = jdbc_read.chunk_rows(
+            spark, jvm.source, table=table, row_filter=setup.table.row_filter,
+            snapshot=setup.snapshot, lock_timeout_ms=setup.lock_timeout_ms, chunks=chunks,
+            attempt=setup.attempt, fields=fields, kinds=kinds, enums=jvm.enums)
+    else:  # one task per chunk: a range of chunk numbers, each partition reading its own
+        log.info("reading %s in Python tasks", spec.qualified_name)
+        rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
+            partial(arrow_batches, setup, chunks, fields, kinds), schema)
     texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
              for f, k in zip(fields, kinds, strict=True)]
     names = ", ".join(sql_text.literal(c.name) for c in table.columns)
@@ -280,11 +305,17 @@ class LakeLoad(InitialLoad):
             msg = "the lake load reads in Spark tasks: LoadConfig.workers must be 0"
             raise ValueError(msg)
         super().__init__(config, NullSink())
-        self.spark = spark
+        # a few large plans: compiled expressions pay for themselves here (the stream's
+        # session interprets them, for its many small per-table plans: streaming/session.py);
+        # a session of its own, so the caller's keeps its settings
+        self.spark = spark.newSession()
+        for name, value in COMPILED.items():
+            self.spark.conf.set(name, value)
         self.lake = lake
         self.topic_prefix = topic_prefix
         self.tables_at_once = config.readers  # tables loaded at once (their tasks: Spark's)
         self._task_snapshot: str | None = None
+        self._jvm: _Jvm | None = None
 
     def _start_readers(self, snapshot: ExportedSnapshot, tables: list[PublishedTable],
                        load_lsn: int, attempt: int, started: int) -> None:
@@ -298,6 +329,17 @@ class LakeLoad(InitialLoad):
         row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
         assert row is not None
         self._task_snapshot = str(row[0])
+        source, why = jdbc_read.jdbc_source(snapshot.coordinator)
+        if source is not None:
+            why = jdbc_read.probe(self.spark, source)
+        if why:
+            log.warning("the lake load reads every table in Python tasks (slower), since the "
+                        "JDBC driver cannot be used: %s", why)
+            self._jvm = None
+        else:
+            assert source is not None
+            self._jvm = _Jvm(source, jdbc_read.enum_types(snapshot.coordinator,
+                                                          [t.table for t in tables]))
 
     def _read(self, state: LoadState, snapshot: ExportedSnapshot, tasks: list[ChunkTask],
               stop: threading.Event, on_progress: Callable[[LoadProgress], None] | None) -> None:
@@ -368,7 +410,7 @@ class LakeLoad(InitialLoad):
         # the load's session settings and lock timeout: a task that queues for its table
         # behind a DDL (which waits for the coordinator's lock) fails instead of waiting
         setup = _Setup(self.config.dsn, self._options(), self._task_snapshot, tasks[0].table,
-                       state.load_lsn, state.attempt)
+                       state.load_lsn, state.attempt, int(self.config.lock_timeout * 1000))
         started = time.monotonic()
         self.progress.tables[spec.oid].started = started
         if keyless:
@@ -380,7 +422,7 @@ class LakeLoad(InitialLoad):
         from py4j.protocol import Py4JJavaError
 
         try:
-            rows = lake_rows(envelopes(spark, setup, tasks, spec), spec)
+            rows = lake_rows(envelopes(spark, setup, tasks, spec, self._jvm), spec)
             rows.write.format("delta").mode("append").option("userMetadata", mark)\
                 .option("txnAppId", mark).option("txnVersion", 0).save(path)
         except Py4JJavaError as exc:  # a task failed (its Python error is in the text)

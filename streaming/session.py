@@ -25,6 +25,8 @@ PACKAGES = [
     f"io.delta:delta-spark_2.13:{DELTA_VERSION}",
     f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
     f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
+    # the lake load's reads (streaming/jdbc_read.py)
+    "org.postgresql:postgresql:42.7.14",
 ]
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 

@@ -57,6 +57,15 @@ def _stream_and_apply(dsn: str, servers: str, prefix: str, tables: list[str], co
     return catalog
 
 
+def _texts(frame: Any) -> list[Any]:
+    """A lake table's rows by ``id``, each value as text (Python cannot hold every Spark
+    value: BC dates)."""
+    rows: list[Any] = frame.orderBy("id").selectExpr(*[
+        f"to_json({quote(c)}) AS {quote(c)}" if t.startswith("map") else
+        f"CAST({quote(c)} AS STRING) AS {quote(c)}" for c, t in frame.dtypes]).collect()
+    return rows
+
+
 def _config(dsn: str, tmp_path: Path, tables: list[str]) -> LoadConfig:
     return LoadConfig(dsn, tmp_path / "load.json", tables=tables, chunk_pages=2,
                       progress_file=tmp_path / "p.json", catalog_dir=tmp_path / "catalog")
@@ -123,15 +132,10 @@ def test_lake_load_then_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
         frame = spark.read.format("delta").load(f"{lake}/public.{name}")
         return frame.drop(COMMIT_LSN, ORDINAL)
 
-    def texts(frame: Any) -> list[Any]:  # Python cannot hold every Spark value (BC dates)
-        return frame.orderBy("id").selectExpr(*[
-            f"to_json({quote(c)}) AS {quote(c)}" if t.startswith("map") else
-            f"CAST({quote(c)} AS STRING) AS {quote(c)}" for c, t in frame.dtypes]).collect()
-
     bulk, streamed = values("everything"), values("everything_k")
     assert bulk.dtypes == streamed.dtypes
     assert len(bulk.columns) > 40
-    bulk_rows, streamed_rows = texts(bulk), texts(streamed)
+    bulk_rows, streamed_rows = _texts(bulk), _texts(streamed)
     assert len(bulk_rows) == rows
     differ = sorted({(c, r[c], s[c]) for r, s in zip(bulk_rows, streamed_rows, strict=True)
                      for c in bulk.columns if r[c] != s[c]}, key=str)
@@ -215,3 +219,135 @@ def marker_of(state: dict[str, Any], name: str) -> str:
     loaded = LoadState.from_json(state)
     oid = next(oid for oid, t in loaded.tables.items() if t.name == name)
     return marker(loaded, oid)
+
+
+def test_jdbc_read_is_inside_the_snapshot(pg_conn: Conn, pg_dsn: str, spark: Any) -> None:
+    """The JVM's read (streaming/jdbc_read.py) sees the exported snapshot, not what was
+    committed after it, one partition per chunk, each row with its chunk's ordinal."""
+    from loads.load_state import CHUNK_BITS, ROW_BITS
+    from snapshot_builder.catalog import Column, TableVersion
+    from streaming import jdbc_read
+
+    pg_conn.execute("CREATE TABLE js (id int PRIMARY KEY, v text)")
+    pg_conn.execute("INSERT INTO js SELECT g, 'old' FROM generate_series(1, 3000) g")
+    row = pg_conn.execute("SELECT 'js'::regclass::oid").fetchone()
+    assert row is not None
+    table = TableVersion(int(str(row[0])), "public", "js", "d", (
+        Column("id", 23, "int4", -1, True), Column("v", 25, "text", -1, False)))
+    with psycopg.connect(pg_dsn) as holder:  # the load's coordinator, in its snapshot
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        exported = holder.execute("SELECT pg_export_snapshot()").fetchone()
+        assert exported is not None
+        pg_conn.execute("UPDATE js SET v = 'new'")
+        pg_conn.execute("INSERT INTO js VALUES (5000, 'late')")
+        source, why = jdbc_read.jdbc_source(holder)
+        assert source is not None, why
+        assert jdbc_read.probe(spark, source) == ""
+        chunks = [(0, 0, 4), (1, 4, 8), (2, 8, None)]
+        rows = jdbc_read.chunk_rows(
+            spark, source, table=table, row_filter="id <> 7", snapshot=str(exported[0]),
+            lock_timeout_ms=1000, chunks=chunks, attempt=3, fields=["id", "v"],
+            kinds=["int", "string"], enums=frozenset()).collect()
+    assert sorted(r["id"] for r in rows) == [i for i in range(1, 3001) if i != 7]
+    assert {r["v"] for r in rows} == {"old"}
+    ordinals = [r["_ordinal"] for r in rows]
+    assert len(set(ordinals)) == len(rows)
+    assert {o >> (CHUNK_BITS + ROW_BITS) for o in ordinals} == {3}
+    by_chunk: dict[int, list[int]] = {}
+    for o in ordinals:
+        by_chunk.setdefault((o >> ROW_BITS) & ((1 << CHUNK_BITS) - 1), []).append(
+            o & ((1 << ROW_BITS) - 1))
+    assert sorted(by_chunk) == [0, 1, 2]  # every chunk read, each its rows from 0
+    assert all(sorted(places) == list(range(len(places))) for places in by_chunk.values())
+
+
+# every type streaming/jdbc_read.py reads on the JVM, with the values at its edges
+_JDBC_TYPES = """CREATE TABLE jv (id int PRIMARY KEY, b bool, s smallint, i int, l bigint,
+    d float8, by bytea, o oid, t text, vc varchar(10), bc char(5), nm name, ch "char", j json,
+    jb jsonb, x xml, mac macaddr, mac8 macaddr8, bt bit(3), vb varbit, tv tsvector, tq tsquery,
+    u uuid, dt date, n numeric(12,3), tz timestamptz, ts timestamp, ai int[], asm smallint[],
+    al bigint[], m jv_mood)"""
+_JDBC_ROWS = [
+    "(1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL)",
+    "(2, false, -32768, 2147483647, -9223372036854775808, 'NaN', '\\x00ff', 4294967295, "
+    "E'quote '' \" \\\\ tab\\t nl\\n \\u00e9 \\U0001F600', '', 'a', 'n\"m', 'x', "
+    "'{\"a\" : [1, 2]}', '{\"b\": 1, \"a\": [true, null]}', '<a>1</a>', '08:00:2b:01:02:03', "
+    "'08:00:2b:01:02:03:04:05', B'101', B'1', 'a fat cat', 'fat & cat', "
+    "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', 'infinity', 'NaN', 'infinity', '-infinity', "
+    "'[0:1]={1,2}', '{}', '{{1,NULL},{3,4}}', 'happy')",
+    "(3, true, 32767, -2147483648, 9223372036854775807, 'Infinity', '', 0, 'x', 'abcdefghij', "
+    "'abcde', '', E'\\\\001', 'null', '[]', '', '00:00:00:00:00:00', "
+    "'00:00:00:00:00:00:00:00', B'000', B'', '', 'a', "
+    "'00000000-0000-0000-0000-000000000000', '0044-03-15 BC', '-123456789.123', "
+    "'0044-03-15 12:00:00.5+00 BC', '10000-01-01 00:00:00', '{NULL}', '{-32768,32767}', "
+    "'{9223372036854775807}', 'sad')",
+    "(4, true, 0, 0, 0, '-Infinity', '\\x', 1, ' lead and trail ', ' ', ' ', 'x', ' ', "
+    "'\"s\"', '\"s\"', '<b/>', 'ff:ff:ff:ff:ff:ff', 'ff:ff:ff:ff:ff:ff:ff:ff', B'111', "
+    "B'0101', 'z', 'z', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '10000-01-01', '0.001', "
+    "'294250-01-01 00:00:00+00', '0001-01-01 00:00:00', '{{{1}}}', '{1,NULL,3}', '{}', 'ok')",
+    "(5, false, 1, 1, 1, '-0', '\\x0102', 2, 'x', 'x', 'x', 'x', 'x', '1.5e300', '1.5e300', "
+    "'x', '01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'010', B'10', 'x', 'x', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '0001-01-01', '999999999.999', "
+    "'9999-12-31 23:59:59.999999+00', '9999-12-31 23:59:59.999999', '{1}', '{1}', '{1}', "
+    "'ok')",
+    "(6, true, 2, 2, 2, 4.9e-324, '\\xff', 3, 'y', 'y', 'y', 'y', 'y', '1', '1', 'y', "
+    "'01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'011', B'11', 'y', 'y', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '-infinity', '-0.001', "
+    "'2024-06-01 12:00:00.000001+05:30', '2024-02-29 23:59:59.999999', '{1}', '{1}', '{1}', "
+    "'happy')",
+    "(7, true, 3, 3, 3, 1e-310, '\\xff', 3, 'y', 'y', 'y', 'y', 'y', '1', '1', 'y', "
+    "'01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'011', B'11', 'y', 'y', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2024-02-29', '0', "
+    "'-infinity', '0001-01-01 00:00:00 BC', '{1}', '{1}', '{1}', 'sad')",
+]
+
+
+@pytest.mark.timeout(1200)
+def test_jdbc_read_lands_as_the_python_read(pg_conn: Conn, pg_dsn: str, spark: Any,
+                                            tmp_path: Path, caplog: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table of every type the JVM reads, edge values included, loaded on the JVM and by
+    the Python tasks (whose values are the stream's: test_lake_load_then_stream): the same
+    lake rows, value for value, ordinals included."""
+    pg_conn.execute("CREATE TYPE jv_mood AS ENUM ('sad', 'ok', 'happy')")
+    pg_conn.execute(_JDBC_TYPES)
+    pg_conn.execute(f"INSERT INTO jv VALUES {', '.join(_JDBC_ROWS)}")
+    pg_conn.execute("""INSERT INTO jv SELECT g, g % 2 = 0, g % 100, g, g::bigint * 1000003, g / 7.0,
+                       int4send(g), g, 'row ' || g, g::text, g::text, 'n' || g, 'c',
+                       json_build_object('g', g), jsonb_build_object('g', g, 'h', g % 5),
+                       ('<g>' || g || '</g>')::xml, '08:00:2b:01:02:03', '08:00:2b:01:02:03:04:05',
+                       B'110', B'1011', ('tv ' || g)::tsvector, 'q', gen_random_uuid(),
+                       '2020-01-01'::date + g, g / 3.0, '2024-01-01'::timestamptz + g * interval
+                       '1.5 s', '2024-01-01'::timestamp - g * interval '1 h', ARRAY[g, g % 3],
+                       ARRAY[(g % 30000)::smallint], ARRAY[g::bigint, NULL],
+                       (ARRAY['sad', 'ok', 'happy'])[g % 3 + 1]::jv_mood
+                     FROM generate_series(8, 3000) g""")
+    frames = []
+    for read, jdbc in (("jvm", "1"), ("python", "0")):
+        monkeypatch.setenv("PGCDC_LAKE_LOAD_JDBC", jdbc)
+        lake = (tmp_path / read / "lake").as_uri()
+        config = LoadConfig(pg_dsn, tmp_path / read / "load.json", tables=["public.jv"],
+                            slot=f"jv_{read}", chunk_pages=16,
+                            progress_file=tmp_path / read / "p.json",
+                            catalog_dir=tmp_path / read / "catalog")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="streaming.bulk_load"):
+            assert load_lake(config, lake, spark=spark)
+        how = "with the JDBC driver" if read == "jvm" else "in Python tasks"
+        assert f"reading public.jv {how}" in caplog.text
+        state = json.loads((tmp_path / read / "load.json").read_text())
+        assert sum(len(t["chunks"]) for t in state["tables"].values()) > 2
+        frames.append(spark.read.format("delta").load(f"{lake}/public.jv").drop(COMMIT_LSN))
+    jvm, python = frames
+    assert jvm.dtypes == python.dtypes
+
+    jvm_rows, python_rows = _texts(jvm), _texts(python)
+    assert len(jvm_rows) == 3000
+    differ = sorted({(c, r[c], p[c]) for r, p in zip(jvm_rows, python_rows, strict=True)
+                     for c in jvm.columns if r[c] != p[c]}, key=str)
+    assert not differ, differ[:10]
+    untyped = jvm.where(f"size({TEXT}) > 0").select("id", TEXT).orderBy("id").collect()
+    assert [(r["id"], r[TEXT]) for r in untyped] == [  # what Spark's types cannot hold
+        (2, {"n": "NaN"}), (4, {"tz": "294250-01-01 00:00:00+00"})]
