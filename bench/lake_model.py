@@ -3,7 +3,9 @@ with kill -9 of ``pgcdc run`` at every capture and of the Spark driver at half t
 each ending with the lake compared with the source table by table.
 
 The programs are tests/lake_model.py's (the CI test, tests/integration/test_lake_model.py,
-runs a few of them without kills).  One throwaway PostgreSQL, Kafka broker and Spark session
+runs a few of them without kills).  Batches of programs take the encodings of
+``--encodings`` in turn (Avro with text values, typed Avro, pgcdc's JSON: each reaches the lake
+through decoding of its own).  One throwaway PostgreSQL, Kafka broker and Spark session
 for the whole run.  Each capture starts ``pgcdc run --incremental-snapshots`` as a process and
 kills it with -9 after 0.3 to 4 s; the program's final check captures with a pipeline in this
 process, from the progress, catalog history and incremental state the killed ones left.  Half
@@ -44,7 +46,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
 from tests.integration.test_lake_model import model_settings
-from tests.lake_model import APPLY, CAPTURE, LakeModel, Rig, machine
+from tests.lake_model import ENCODINGS, LakeModel, Rig, machine
 
 log = logging.getLogger("bench.lake_model")
 
@@ -65,13 +67,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bound = machine(rig)
             last: list[LakeModel] = []
             ran: list[int] = []  # each program run: its statements (a failure ends a batch)
+            encodings: dict[str, int] = {}  # programs run per encoding
             original = bound.teardown
 
             failed: list[list[str]] = []  # the first failing program's statements
 
             def teardown(self: LakeModel) -> None:  # keeps the last program for its SQL
                 last[:] = [self]
-                ran.append(sum(s not in (CAPTURE, APPLY) for s in self.program.statements))
+                ran.append(sum(not s.startswith("-- ") for s in self.program.statements))
+                encodings[self.program.encoding] = encodings.get(self.program.encoding, 0) + 1
                 try:
                     original(self)
                 except BaseException:
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 seed = args.seed * 1_000_003 + batch
                 hypothesis.core.global_force_seed = seed
                 count = min(args.batch, args.programs - batch)
+                # each batch in one encoding, in turn (a replay keeps its batch's)
+                rig.encoding = args.encodings[(batch // args.batch) % len(args.encodings)]
                 try:
                     run_state_machine_as_test(bound, settings=model_settings(
                         count, args.steps, shrink=args.shrink, derandomize=False))
@@ -103,15 +109,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         path = args.failures / f"lake_model_{seed}.sql"
                         path.write_text(_listing(str(exc), statements))
                         failures[-1]["file"] = str(path)
-                    log.error("programs %d-%d (seed %d) failed: %s", batch, batch + count - 1,
-                              seed, str(exc).splitlines()[0][:300])
+                    failures[-1]["encoding"] = rig.encoding
+                    log.error("programs %d-%d (seed %d, %s) failed: %s", batch, batch + count - 1,
+                              seed, rig.encoding, str(exc).splitlines()[0][:300])
                 log.info("%d programs run (%d asked), %d kills, %d driver kills, %d failures",
                          len(ran), batch + count, rig.killed, rig.driver_kills, len(failures))
         finally:
             spark.stop()
     return {"programs": len(ran), "asked": args.programs, "steps": args.steps,
             "statements": sum(ran), "seed": args.seed, "kills": rig.killed,
-            "driver_kills": rig.driver_kills,
+            "driver_kills": rig.driver_kills, "encodings": encodings,
             "failures": failures,
             "seconds": round(time.monotonic() - started, 1)}
 
@@ -122,8 +129,17 @@ def _listing(error: str, statements: list[str]) -> str:
     ``-- capture`` and ``-- apply``, which Program.run replays)."""
     head = error.split("; program:")[0]
     lines = [f"-- {line}" for line in head.splitlines()]
-    lines += [s if s in (CAPTURE, APPLY) else f"{s};" for s in statements]
+    lines += [s if s.startswith("-- ") else f"{s};" for s in statements]
     return "\n".join(lines) + "\n"
+
+
+def _encodings(text: str) -> tuple[str, ...]:
+    chosen = tuple(e.strip() for e in text.split(",") if e.strip())
+    unknown = sorted(set(chosen) - set(ENCODINGS))
+    if unknown or not chosen:
+        msg = f"--encodings takes some of {', '.join(ENCODINGS)}, not {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-kills", type=float, default=0.5, metavar="SHARE",
                         help="share of applies that first start `pgcdc spark` and kill it "
                              "with -9 (0.5); each costs a driver's start")
+    parser.add_argument("--encodings", type=_encodings, default=ENCODINGS,
+                        metavar="E,E", help="how captures encode values, a batch each in "
+                        f"turn: {', '.join(ENCODINGS)} (all)")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing program")
     parser.add_argument("--failures", type=Path, default=Path("lake_model_failures"),
                         help="folder for failing programs' SQL (lake_model_failures)")

@@ -46,11 +46,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from psycopg import sql
 
+from core import wire
 from decoder.slot import current_wal_lsn
 from loads.incremental import IncrementalSnapshots
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.postgres import PostgresServer
+from sinks.avro_logical import LogicalTypes
+from sinks.debezium_json import PGCDC_JSON
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import table_path
@@ -90,6 +93,16 @@ AUXILIARY = ("__tombstones", "__changelog")  # the apply's own tables beside a l
 # a program's listing: where it captured (pgcdc run, killed with -9 in the bench) and applied
 CAPTURE = "-- capture"
 APPLY = "-- apply"
+# how a program's captures encode values (its listing's first line names any but Avro's text):
+# Avro with text for the types Avro has no primitive for (the default), typed Avro
+# (--avro-types logical), pgcdc's JSON (--format json --json-mode pgcdc)
+ENCODINGS = ("avro", "logical", "json")
+ENCODING = "-- encoding "
+_ENCODING_FLAGS = {"avro": [], "logical": ["--avro-types", "logical"],
+                   "json": ["--format", "json", "--json-mode", "pgcdc"]}
+_ENCODED = {"avro": (wire.FORMAT_AVRO, wire.AVRO_TYPES_TEXT),  # what the catalog records
+            "logical": (wire.FORMAT_AVRO, wire.AVRO_TYPES_LOGICAL),
+            "json": (wire.FORMAT_JSON, "")}
 
 
 @dataclass
@@ -103,6 +116,7 @@ class Rig:
     kills: random.Random | None = None  # the bench: kill -9 ``pgcdc run`` at each capture
     driver_kill_rate: float = 0.5  # with kills: the share of applies that kill a driver first
     timeout: float = 300.0
+    encoding: str = "avro"  # the next programs' (:data:`ENCODINGS`)
     killed: int = 0  # ``pgcdc run`` processes killed
     driver_kills: int = 0  # ``pgcdc spark`` processes killed
 
@@ -137,6 +151,9 @@ class Program:
         self.conn: Conn = psycopg.connect(self.dsn, autocommit=True)
         self._exit.callback(self.conn.close)
         self.statements: list[str] = []
+        self.encoding = rig.encoding
+        if self.encoding != "avro":
+            self.statements.append(f"{ENCODING}{self.encoding}")
         self.lake = (self.home / "lake").as_uri()
         self.checkpoint = (self.home / "cp").as_uri()
         # the slot and the publication (FOR ALL TABLES) before the first write
@@ -153,10 +170,15 @@ class Program:
     def run(self, *statements: sql.Composable | str) -> None:
         """Execute in one implicit transaction each (autocommit), as written; the lines
         :data:`CAPTURE` and :data:`APPLY` capture and apply instead (a program's listing
-        holds them where its steps did, so that it replays as it ran)."""
+        holds them where its steps did, so that it replays as it ran), and a line
+        :data:`ENCODING` ``<encoding>`` sets how the captures encode values."""
         for statement in statements:
             text = statement if isinstance(statement, str) else statement.as_string(self.conn)
-            if text == CAPTURE:
+            if text.startswith(ENCODING):
+                self.encoding = text.removeprefix(ENCODING).rstrip(";").strip()
+                assert self.encoding in ENCODINGS, text
+                self.statements.append(f"{ENCODING}{self.encoding}")
+            elif text == CAPTURE:
                 self.capture()
             elif text == APPLY:
                 self.apply()
@@ -213,8 +235,12 @@ class Program:
             snapshots.state.done
 
     def _sink(self) -> KafkaSink:
-        """The sink of a capture (a program in typed Avro gives its own)."""
-        return KafkaSink(self.rig.kafka, topic_prefix=self.prefix)
+        """The sink of a capture, writing the program's encoding."""
+        if self.encoding == "json":
+            return KafkaSink(self.rig.kafka, topic_prefix=self.prefix, value_format="json",
+                             json_options=PGCDC_JSON)
+        logical = LogicalTypes.reading(self.dsn) if self.encoding == "logical" else None
+        return KafkaSink(self.rig.kafka, topic_prefix=self.prefix, logical=logical)
 
     def _until(self, condition: Any, failure: list[BaseException], what: str) -> None:
         deadline = time.monotonic() + self.rig.timeout
@@ -232,7 +258,7 @@ class Program:
                 "--topic-prefix", self.prefix, "--progress-file",
                 str(self.home / "progress.json"), "--catalog-dir", str(self.home / "catalog"),
                 "--incremental-snapshots", "--incremental-state",
-                str(self.home / "incremental.json")]
+                str(self.home / "incremental.json"), *_ENCODING_FLAGS[self.encoding]]
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(rng.uniform(0.3, 4.0))
         if process.poll() is not None:
@@ -283,6 +309,10 @@ class Program:
         tables = job.read_catalog(self.rig.spark, config).tables()
         tables = [s for s in tables if s.schema in SCHEMAS]  # not pgcdc's own
         listing = "\n".join(self.statements)
+        encoded = {(s.value_format, s.avro_types if s.value_format == wire.FORMAT_AVRO else "")
+                   for s in tables}
+        assert encoded <= {_ENCODED[self.encoding]}, \
+            f"the catalog's tables are encoded {encoded}, not as {self.encoding}"
         source = {(str(r[0]), str(r[1])): int(str(r[2])) for r in self.conn.execute(
             "SELECT schemaname::text, tablename::text, (xpath('/row/c/text()', query_to_xml("
             "format('SELECT count(*) AS c FROM %%I.%%I', schemaname, tablename), false, true, "
