@@ -26,9 +26,7 @@ import pytest
 from decoder import values as oids
 from decoder.text_parsers import decoder_for
 from pgcdc.services.postgres import PostgresServer
-from sinks.avro_logical import LogicalTypes
 from sinks.envelope import text_of
-from sinks.kafka import KafkaSink
 from snapshot_builder.catalog import Column, TableVersion
 from streaming import job, typed_avro
 from streaming.apply import table_path
@@ -118,10 +116,7 @@ class _Typed(Program):
     def __init__(self, rig: Rig, *, logical: bool) -> None:
         super().__init__(rig)
         self.logical = logical
-
-    def _sink(self) -> KafkaSink:
-        logical = LogicalTypes.reading(self.dsn) if self.logical else None
-        return KafkaSink(self.rig.kafka, topic_prefix=self.prefix, logical=logical)
+        self.encoding = "logical" if logical else "avro"  # the captures' sink (Program._sink)
 
     def run_killed(self, statements: list[str]) -> None:
         """``statements`` while a ``pgcdc run`` process (typed Avro if ``logical``)
