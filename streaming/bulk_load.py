@@ -254,7 +254,7 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     # earlier attempt (whose delta read ChunkTask.since would ask for) has its commit, and
     # a table read again has none (its lake table was removed since): nothing of it is kept
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
-    if jvm is not None and jdbc_read.readable(table, jvm.enums):
+    if jvm is not None and jdbc_read.readable(table, jvm.enums, setup.table.row_filter):
         log.info("reading %s with the JDBC driver", spec.qualified_name)
         rows = jdbc_read.chunk_rows(
             spark, jvm.source, table=table, row_filter=setup.table.row_filter,

@@ -60,6 +60,8 @@ def test_readable_needs_every_column() -> None:
     assert jdbc_read.readable(table(_column("int4", 23), _column("text", 25)), frozenset())
     assert not jdbc_read.readable(table(_column("int4", 23), _column("float4", 700)),
                                   frozenset())
+    assert jdbc_read.readable(table(_column("int4", 23)), frozenset(), "(c > 3)")
+    assert not jdbc_read.readable(table(_column("int4", 23)), frozenset(), "(doc ? 'k'::text)")
 
 
 def test_session_init_imports_the_snapshot_first() -> None:
