@@ -25,8 +25,9 @@ what :func:`streaming.bulk_load.avro_row` gives for it, or a text the stream's c
   (``[[1,null],[3,4]]``: nested arrays nested, NULL elements ``null``, lower bounds dropped).
 
 A table with any other column (``float4``: the stream parses its text as a double and rounds
-that to a float, which the float itself need not equal; domains, composites, other arrays, intervals, ...), or published with a row filter
-holding a ``?`` (which the driver reads as a parameter), is read by the Python tasks.
+that to a float, which the float itself need not equal; domains, composites, other arrays,
+intervals, ...), or published with a row filter holding a ``?`` (which the driver reads as a
+parameter), is read by the Python tasks.
 ``tests/integration/test_spark_bulk_load.py`` loads a table of every type above, edge values
 included, both ways and compares the lake tables value by value.
 
