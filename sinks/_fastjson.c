@@ -1,6 +1,8 @@
 /*
  * sinks._fastjson: a change event's JSON key and value in Debezium's encoding, compiled.
  *
+ * encode_pgcdc does the same for pgcdc's own JSON (--json-mode pgcdc, _Shape).
+ *
  * sinks/envelope.py's _DebeziumShape builds the same text in Python: the envelope's
  * constant parts (made once per table version and server name, handed in as `spec`),
  * the event's numbers, and each image's columns converted as sinks/debezium_json.py
@@ -457,6 +459,204 @@ python:  /* numbers this code does not write: the Python path, fallback(event, n
     return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
 }
 
+/* a decoded value as _dumps writes it: a Decimal and a date, time or datetime as the JSON
+ * string of str() and isoformat() (sinks/envelope.py _json_form), without _dumps' call (a
+ * date, and a datetime naive or in UTC, written here) */
+static int
+put_decoded(Buf *b, PyObject *v)
+{
+    PyObject *text = NULL;
+    if (PyDateTime_CheckExact(v) && (PyDateTime_DATE_GET_TZINFO(v) == Py_None
+                                     || PyDateTime_DATE_GET_TZINFO(v) == PyDateTime_TimeZone_UTC)) {
+        /* isoformat(): 2024-02-29T13:14:15[.123456][+00:00] */
+        int us = PyDateTime_DATE_GET_MICROSECOND(v);
+        if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
+                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
+                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0
+                || put_byte(b, 'T') < 0 || put_fixed(b, PyDateTime_DATE_GET_HOUR(v), 2) < 0
+                || put_byte(b, ':') < 0 || put_fixed(b, PyDateTime_DATE_GET_MINUTE(v), 2) < 0
+                || put_byte(b, ':') < 0 || put_fixed(b, PyDateTime_DATE_GET_SECOND(v), 2) < 0
+                || (us && (put_byte(b, '.') < 0 || put_fixed(b, us, 6) < 0))
+                || (PyDateTime_DATE_GET_TZINFO(v) != Py_None && PUTS(b, "+00:00") < 0))
+            return -1;
+        return put_byte(b, '"');
+    }
+    if (PyDate_CheckExact(v)) {  /* 2024-02-29 */
+        if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
+                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
+                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0)
+            return -1;
+        return put_byte(b, '"');
+    }
+    if (Py_TYPE(v) == (PyTypeObject *)DecimalType)
+        text = PyObject_Str(v);
+    else if (PyDateTime_CheckExact(v) || PyTime_CheckExact(v))  /* another zone; a time */
+        text = PyObject_CallMethod(v, "isoformat", NULL);
+    else
+        return put_native(b, v, dumps, 0);
+    if (text == NULL)
+        return -1;
+    Py_ssize_t size;
+    const char *data = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+    int rc = data == NULL ? -1 : put_json_string(b, data, size);
+    Py_DECREF(text);
+    return rc;
+}
+
+/* an image (a dict of column name to decoded value) as _dumps writes it */
+static int
+put_image(Buf *b, PyObject *row)
+{
+    if (row == Py_None)
+        return PUTS(b, "null");
+    if (!PyDict_CheckExact(row))
+        return put_native(b, row, dumps, 0);
+    PyObject *name, *v;
+    Py_ssize_t pos = 0, start = b->size;
+    int first = 1;
+    if (put_byte(b, '{') < 0)
+        return -1;
+    while (PyDict_Next(row, &pos, &name, &v)) {
+        if (!PyUnicode_CheckExact(name)) {  /* a name of another type: as json writes it */
+            b->size = start;
+            return put_native(b, row, dumps, 0);
+        }
+        if ((!first && put_byte(b, ',') < 0) || put_native(b, name, dumps, 0) < 0
+                || put_byte(b, ':') < 0 || put_decoded(b, v) < 0)
+            return -1;
+        first = 0;
+    }
+    return put_byte(b, '}');
+}
+
+/*
+ * encode_pgcdc(spec, event, now_ms) -> (key, value) in pgcdc's own JSON (--json-mode pgcdc):
+ * the text of sinks/envelope.py's _Shape.value and key, whose images are the decoded rows
+ * as _dumps writes them (values C does not write go through _dumps one by one, which is
+ * the same text).  spec: (key_columns, parts, fallback); a key column is (prefix, name);
+ * parts the envelope's constant texts, in the order they are written (see _Shape.spec).
+ */
+static PyObject *
+encode_pgcdc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || !PyTuple_Check(args[1])
+            || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "encode_pgcdc(spec: tuple, event: tuple, now_ms: int)");
+        return NULL;
+    }
+    PyObject *spec = args[0], *event = args[1];
+    if (PyTuple_GET_SIZE(spec) != 3 || PyTuple_GET_SIZE(event) != 10
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(spec, 1))
+            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(spec, 1)) != 12) {
+        PyErr_SetString(PyExc_ValueError, "encode_pgcdc(spec, event, now_ms): wrong shapes");
+        return NULL;
+    }
+    PyObject *keys = PyTuple_GET_ITEM(spec, 0), *parts = PyTuple_GET_ITEM(spec, 1);
+    PyObject *fallback = PyTuple_GET_ITEM(spec, 2);
+    /* an event of a subclass of ChangeEvent (a marked read: sinks/snapshot_marks.py) */
+    if (!PyTuple_CheckExact(event) && Py_TYPE(event)->tp_base != &PyTuple_Type)
+        return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
+    long long now_ms, commit_lsn, lsn, ordinal, xid, commit_time;
+    int got;
+    if ((got = get_ll(event, 5, &commit_lsn)) <= 0 || (got = get_ll(event, 6, &lsn)) <= 0
+            || (got = get_ll(event, 7, &ordinal)) <= 0 || (got = get_ll(event, 8, &xid)) <= 0
+            || (got = get_ll(event, 9, &commit_time)) <= 0) {
+        if (got < 0)
+            return NULL;
+        goto python;
+    }
+    if (!PyLong_CheckExact(args[2]))
+        goto python;
+    int overflow;
+    now_ms = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (now_ms == -1 && PyErr_Occurred())
+        return NULL;
+    /* commit_time + the epoch's offset must not overflow (then Python's ints write it) */
+    if (overflow || commit_time > 9000000000000000000LL - PG_EPOCH_OFFSET_US
+            || commit_time < -9000000000000000000LL)
+        goto python;
+    PyObject *op = PyTuple_GET_ITEM(event, 0), *before = PyTuple_GET_ITEM(event, 2);
+    PyObject *after = PyTuple_GET_ITEM(event, 3), *unchanged = PyTuple_GET_ITEM(event, 4);
+    if (!PyUnicode_CheckExact(op) || !PyTuple_CheckExact(unchanged))
+        goto python;
+    char key_space[256], value_space[4096];
+    Buf key = {key_space, 0, sizeof key_space, 0};
+    Buf value = {value_space, 0, sizeof value_space, 0};
+    PyObject *result = NULL;
+
+    /* the key: the key columns of the after image, else of the before image */
+    PyObject *image = after != Py_None ? after : before;
+    if (image == Py_None || PyTuple_GET_SIZE(keys) == 0) {
+        if (PUTS(&key, "{}") < 0)
+            goto done;
+    } else {
+        if (!PyDict_Check(image)) {
+            PyErr_SetString(PyExc_TypeError, "an image is a dict");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+            PyObject *column = PyTuple_GET_ITEM(keys, i);
+            if (put_utf8(&key, PyTuple_GET_ITEM(column, 0)) < 0)
+                goto done;
+            PyObject *v = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(column, 1));
+            if (v == NULL && PyErr_Occurred())
+                goto done;
+            if (put_decoded(&key, v == NULL ? Py_None : v) < 0)
+                goto done;
+        }
+        if (put_byte(&key, '}') < 0)
+            goto done;
+    }
+
+    int read = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'r';
+    if (put_utf8(&value, PART(0)) < 0  /* {"before": */
+            || put_image(&value, before) < 0
+            || put_utf8(&value, PART(1)) < 0  /* ,"after": */
+            || put_image(&value, after) < 0
+            || put_utf8(&value, PART(2)) < 0  /* the source's head, up to its ts_ms */
+            || put_ll(&value, floor_div(commit_time + PG_EPOCH_OFFSET_US, 1000)) < 0
+            || put_utf8(&value, PART(read ? 4 : 3)) < 0  /* snapshot ... txId: */
+            || put_ll(&value, xid) < 0
+            || put_utf8(&value, PART(5)) < 0 || put_ll(&value, lsn) < 0  /* ,"lsn": */
+            || put_utf8(&value, PART(6)) < 0 || put_ll(&value, commit_lsn) < 0
+            || put_utf8(&value, PART(7)) < 0 || put_ll(&value, ordinal) < 0  /* ,"ordinal": */
+            || put_utf8(&value, PART(8)) < 0  /* table_oid ... ,"op": */
+            || put_native(&value, op, dumps, 0) < 0
+            || put_utf8(&value, PART(9)) < 0 || put_ll(&value, now_ms) < 0  /* ,"ts_ms": */
+            || put_utf8(&value, PART(10)) < 0)  /* ,"unchanged": */
+        goto done;
+    if (PyTuple_GET_SIZE(unchanged) == 0) {
+        if (PUTS(&value, "[]") < 0)
+            goto done;
+    } else {
+        if (put_byte(&value, '[') < 0)
+            goto done;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(unchanged); i++)
+            if ((i && put_byte(&value, ',') < 0)
+                    || put_native(&value, PyTuple_GET_ITEM(unchanged, i), dumps, 0) < 0)
+                goto done;
+        if (put_byte(&value, ']') < 0)
+            goto done;
+    }
+    if (put_utf8(&value, PART(11)) < 0)  /* } */
+        goto done;
+    PyObject *key_bytes = PyBytes_FromStringAndSize(key.data, key.size);
+    PyObject *value_bytes = key_bytes == NULL ? NULL
+        : PyBytes_FromStringAndSize(value.data, value.size);
+    if (value_bytes != NULL)
+        result = PyTuple_Pack(2, key_bytes, value_bytes);
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value_bytes);
+done:
+    if (key.heap)
+        PyMem_Free(key.data);
+    if (value.heap)
+        PyMem_Free(value.data);
+    return result;
+python:  /* numbers this code does not write: the Python path, fallback(event, now_ms) */
+    return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
+}
+
 static PyObject *
 init(PyObject *self, PyObject *args)
 {
@@ -471,6 +671,8 @@ init(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "encode(spec, event, now_ms) -> (key, value) in Debezium's JSON, or None"},
+    {"encode_pgcdc", (PyCFunction)(void (*)(void))encode_pgcdc, METH_FASTCALL,
+     "encode_pgcdc(spec, event, now_ms) -> (key, value) in pgcdc's own JSON"},
     {"init", init, METH_VARARGS, "init(Decimal, dumps): the types and fallback encode needs"},
     {NULL, NULL, 0, NULL},
 };

@@ -229,7 +229,7 @@ class _Shape:
     """
 
     __slots__ = ("server_name", "database", "source", "snapshot", "read_snapshot", "tail",
-                 "key_names", "constant")
+                 "key_names", "constant", "spec")
 
     def __init__(self, table: TableVersion, server_name: str, database: str) -> None:
         self.server_name = server_name
@@ -244,6 +244,11 @@ class _Shape:
         self.key_names = tuple((c.name, ("{" if i == 0 else ",") + _dumps(c.name) + ":")
                                for i, c in enumerate(table.key_columns))
         self.constant = constant
+        # what sinks/_fastjson.c's encode_pgcdc needs: the key's columns and the constant
+        # texts between the event's own parts, in the order value() writes them
+        self.spec = (tuple((prefix, name) for name, prefix in self.key_names),
+                     (_BEFORE_, _AFTER_, self.source, self.snapshot, self.read_snapshot, _LSN_,
+                      _COMMIT_LSN_, _ORDINAL_, self.tail, _TS_MS_, _UNCHANGED_, "}"))
 
     def marked(self, event: ChangeEvent) -> str:
         """The snapshot part of a read event of a subclass (sinks/snapshot_marks.py)."""
@@ -483,4 +488,6 @@ class JsonEncoder:
         if _fastjson is not None and isinstance(shape, _DebeziumShape):
             # what the C code does not write (numbers of other types) goes to encode
             return functools.partial(_fastjson.encode, (*shape.spec, encode))
+        if _fastjson is not None:
+            return functools.partial(_fastjson.encode_pgcdc, (*shape.spec, encode))
         return encode

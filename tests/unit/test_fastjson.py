@@ -152,3 +152,79 @@ def test_reference_row_and_timestamps() -> None:
     assert (after["d"], after["tm"], after["ts"], after["tstz"], after["tstz0"], after["n"]) == (
         19782, 47655123456, 1709212455123456, "2024-02-29T13:14:15.123456Z",
         "2024-02-29T13:14:15.5Z", "ALxhTg==")
+
+
+# --- pgcdc's own JSON (--json-mode pgcdc): sinks/_fastjson.c's encode_pgcdc ---------------
+
+PGCDC = [JsonOptions(mode="pgcdc"), JsonOptions(mode="pgcdc", database="é\"q")]
+# what a decoded value may be besides VALUES' (composites and ranges as dicts, tuples,
+# numbers past 64 bits, times and datetimes in other zones)
+_OTHERS = st.one_of(
+    st.integers(-2**80, 2**80), st.tuples(st.integers(), _texts),
+    st.dictionaries(_texts, st.one_of(st.none(), st.integers(), st.dates(), _decimals),
+                    max_size=3),
+    st.datetimes(timezones=_offsets), st.times(timezones=_offsets),
+    st.decimals(), st.sampled_from([Decimal("NaN"), Decimal("-Infinity"), Decimal("sNaN")]))
+
+
+def _pgcdc(event: ChangeEvent, options: JsonOptions, now_ms: int = 1_700_000_000_123
+           ) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes] | None]:
+    """The Python path's key and value, and the C encoder's (None: it handed the event to
+    the Python path)."""
+    shape = envelope._shape(event.table, "srv", options)
+    assert isinstance(shape, envelope._Shape)
+    row = event.after if event.after is not None else event.before
+    expected = (b"{}" if row is None else shape.key(row).encode(),
+                shape.value(event, now_ms).encode())
+    return expected, envelope._fastjson.encode_pgcdc((*shape.spec, lambda *_: None), event,
+                                                     now_ms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=st.fixed_dictionaries({}, optional=VALUES), others=st.dictionaries(
+           st.sampled_from(["t", "u", "x1", "x2"]), _OTHERS, max_size=2),
+       order=st.randoms(use_true_random=False), op=st.sampled_from("crud"),
+       options=st.sampled_from(PGCDC), xid=st.integers(0, 2**32 - 1),
+       commit_time=st.integers(-2**62, 2**62),
+       unchanged=st.sets(st.sampled_from([c.name for c in COLUMNS[2:]]), max_size=3))
+def test_pgcdc_mode_same_bytes_as_python(row: dict[str, Any], others: dict[str, Any],
+                                         order: Any, op: str, options: JsonOptions, xid: int,
+                                         commit_time: int, unchanged: set[str]) -> None:
+    row = {name: value for name, value in {**row, **others}.items() if name not in unchanged}
+    names = list(row)
+    order.shuffle(names)  # an image's members in its own order, not the table's
+    row = {name: row[name] for name in names}
+    before, after = (row, None) if op == "d" else (None, row)
+    if op == "u":
+        before = {"id": row.get("id"), "k2": "old"}
+    event = ChangeEvent(op, TABLE, before, after, tuple(sorted(unchanged)) if after else (),
+                        123_456_789, 123_456_700, 5, xid, commit_time)
+    expected, compiled = _pgcdc(event, options)
+    assert compiled == expected
+
+
+def test_pgcdc_mode_values_and_fallbacks() -> None:
+    row = {"id": 1, "k2": "k", "d": date(44, 3, 15), "ts": datetime(9999, 12, 31, 23, 59, 59, 1),  # noqa: DTZ001
+           "tstz": datetime(2024, 2, 29, 13, 14, 15, 500000, tzinfo=UTC),
+           "tstz0": datetime(2024, 2, 29, tzinfo=UTC), "n": Decimal("1.0E-7"),
+           "t": "\x00\x1f\"\\é\u2028", "f8": float("-inf"), "b": b"\x00\xff"}
+    event = ChangeEvent("r", TABLE, None, row, (), 1, 1, 0, 0, 0)
+    expected, compiled = _pgcdc(event, JsonOptions(mode="pgcdc"))
+    assert compiled == expected
+    after = json.loads(expected[1])["after"]
+    assert (after["d"], after["ts"], after["tstz"], after["tstz0"], after["n"]) == (
+        "0044-03-15", "9999-12-31T23:59:59.000001", "2024-02-29T13:14:15.500000+00:00",
+        "2024-02-29T00:00:00+00:00", "1.0E-7")
+    assert json.loads(expected[0]) == {"id": 1, "k2": "k"}
+    big = {"id": 1, "k2": "x" * 5000, "t": "é" * 3000}  # past the stack buffers
+    assert _pgcdc(ChangeEvent("c", TABLE, None, big, (), 1, 1, 0, 0, 0),
+                  JsonOptions(mode="pgcdc"))[1] is not None
+    for odd in (event._replace(lsn=True), event._replace(xid=2**70),  # not plain int64s
+                event._replace(commit_time=2**63 - 1)):
+        expected, compiled = _pgcdc(odd, JsonOptions(mode="pgcdc"))
+        assert compiled is None
+        encode = envelope.JsonEncoder(JsonOptions(mode="pgcdc")).encoder_for(TABLE, "srv")
+        assert encode(odd, 1_700_000_000_123) == expected
+    # the encoder a sink takes: the compiled one, and its bytes
+    encode = envelope.JsonEncoder(JsonOptions(mode="pgcdc")).encoder_for(TABLE, "srv")
+    assert encode(event, 1_700_000_000_123) == _pgcdc(event, JsonOptions(mode="pgcdc"))[0]
