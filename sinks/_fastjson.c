@@ -328,6 +328,72 @@ get_ll(PyObject *event, Py_ssize_t index, long long *out)
     return overflow ? 0 : 1;
 }
 
+/* the event's commit_lsn, lsn, ordinal, xid and commit_time: 1, or 0 when one is not a
+ * plain int of 64 bits (the Python path writes those), -1 on error */
+static int
+event_numbers(PyObject *event, long long *commit_lsn, long long *lsn, long long *ordinal,
+              long long *xid, long long *commit_time)
+{
+    int got;
+    if ((got = get_ll(event, 5, commit_lsn)) <= 0 || (got = get_ll(event, 6, lsn)) <= 0
+            || (got = get_ll(event, 7, ordinal)) <= 0 || (got = get_ll(event, 8, xid)) <= 0
+            || (got = get_ll(event, 9, commit_time)) <= 0)
+        return got;
+    return 1;
+}
+
+/* the key: the key columns of ``image`` (a dict, or None: {}), each value by its column's
+ * kind (Debezium's) or as decoded (pgcdc's own JSON) */
+static int put_decoded(Buf *b, PyObject *v);
+
+static int
+put_key(Buf *key, PyObject *keys, PyObject *image, int decoded)
+{
+    if (image == Py_None || PyTuple_GET_SIZE(keys) == 0)
+        return PUTS(key, "{}");
+    if (!PyDict_Check(image)) {
+        PyErr_SetString(PyExc_TypeError, "an image is a dict");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+        PyObject *column = PyTuple_GET_ITEM(keys, i);
+        if (put_utf8(key, PyTuple_GET_ITEM(column, 0)) < 0)
+            return -1;
+        PyObject *v = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(column, 1));
+        if (v == NULL && PyErr_Occurred())
+            return -1;
+        if (decoded ? put_decoded(key, v == NULL ? Py_None : v) < 0
+                    : (v == NULL || v == Py_None) ? PUTS(key, "null") < 0
+                    : put_column(key, column, v) < 0)
+            return -1;
+    }
+    return put_byte(key, '}');
+}
+
+/* (key, value) as bytes */
+static PyObject *
+pack(Buf *key, Buf *value)
+{
+    PyObject *key_bytes = PyBytes_FromStringAndSize(key->data, key->size);
+    PyObject *value_bytes = key_bytes == NULL ? NULL
+        : PyBytes_FromStringAndSize(value->data, value->size);
+    PyObject *result = value_bytes == NULL ? NULL : PyTuple_Pack(2, key_bytes, value_bytes);
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value_bytes);
+    return result;
+}
+
+/* frees what the buffers allocated; returns result */
+static PyObject *
+release(Buf *key, Buf *value, PyObject *result)
+{
+    if (key->heap)
+        PyMem_Free(key->data);
+    if (value->heap)
+        PyMem_Free(value->data);
+    return result;
+}
+
 #define PG_EPOCH_OFFSET_US 946684800000000LL
 #define PART(i) PyTuple_GET_ITEM(parts, i)
 
@@ -360,10 +426,8 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *columns = PyTuple_GET_ITEM(spec, 0), *keys = PyTuple_GET_ITEM(spec, 1);
     PyObject *parts = PyTuple_GET_ITEM(spec, 2);
     long long commit_lsn, lsn, ordinal, xid, commit_time;
-    int got;
-    if ((got = get_ll(event, 5, &commit_lsn)) <= 0 || (got = get_ll(event, 6, &lsn)) <= 0
-            || (got = get_ll(event, 7, &ordinal)) <= 0 || (got = get_ll(event, 8, &xid)) <= 0
-            || (got = get_ll(event, 9, &commit_time)) <= 0) {
+    int got = event_numbers(event, &commit_lsn, &lsn, &ordinal, &xid, &commit_time);
+    if (got <= 0) {
         if (got < 0)
             return NULL;
         goto python;
@@ -382,30 +446,8 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Buf value = {value_space, 0, sizeof value_space, 0};
     PyObject *result = NULL;
 
-    /* the key: the primary-key columns of the after image, else of the before image */
-    PyObject *image = after != Py_None ? after : before;
-    if (image == Py_None || PyTuple_GET_SIZE(keys) == 0) {
-        if (PUTS(&key, "{}") < 0)
-            goto done;
-    } else {
-        if (!PyDict_Check(image)) {
-            PyErr_SetString(PyExc_TypeError, "an image is a dict");
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
-            PyObject *column = PyTuple_GET_ITEM(keys, i);
-            if (put_utf8(&key, PyTuple_GET_ITEM(column, 0)) < 0)
-                goto done;
-            PyObject *v = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(column, 1));
-            if (v == NULL && PyErr_Occurred())
-                goto done;
-            if ((v == NULL || v == Py_None) ? PUTS(&key, "null") < 0
-                                            : put_column(&key, column, v) < 0)
-                goto done;
-        }
-        if (put_byte(&key, '}') < 0)
-            goto done;
-    }
+    if (put_key(&key, keys, after != Py_None ? after : before, 0) < 0)
+        goto done;
 
     int read = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'r';
     /* each number's text once: ts_us and ts_ns are the microseconds and "000" */
@@ -442,19 +484,9 @@ encode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (PUTS(&value, "]}") < 0)
         goto done;
-    PyObject *key_bytes = PyBytes_FromStringAndSize(key.data, key.size);
-    PyObject *value_bytes = key_bytes == NULL ? NULL
-        : PyBytes_FromStringAndSize(value.data, value.size);
-    if (value_bytes != NULL)
-        result = PyTuple_Pack(2, key_bytes, value_bytes);
-    Py_XDECREF(key_bytes);
-    Py_XDECREF(value_bytes);
+    result = pack(&key, &value);
 done:
-    if (key.heap)
-        PyMem_Free(key.data);
-    if (value.heap)
-        PyMem_Free(value.data);
-    return result;
+    return release(&key, &value, result);
 python:  /* numbers this code does not write: the Python path, fallback(event, now_ms) */
     return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
 }
@@ -557,10 +589,8 @@ encode_pgcdc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyTuple_CheckExact(event) && Py_TYPE(event)->tp_base != &PyTuple_Type)
         return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
     long long now_ms, commit_lsn, lsn, ordinal, xid, commit_time;
-    int got;
-    if ((got = get_ll(event, 5, &commit_lsn)) <= 0 || (got = get_ll(event, 6, &lsn)) <= 0
-            || (got = get_ll(event, 7, &ordinal)) <= 0 || (got = get_ll(event, 8, &xid)) <= 0
-            || (got = get_ll(event, 9, &commit_time)) <= 0) {
+    int got = event_numbers(event, &commit_lsn, &lsn, &ordinal, &xid, &commit_time);
+    if (got <= 0) {
         if (got < 0)
             return NULL;
         goto python;
@@ -584,29 +614,8 @@ encode_pgcdc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Buf value = {value_space, 0, sizeof value_space, 0};
     PyObject *result = NULL;
 
-    /* the key: the key columns of the after image, else of the before image */
-    PyObject *image = after != Py_None ? after : before;
-    if (image == Py_None || PyTuple_GET_SIZE(keys) == 0) {
-        if (PUTS(&key, "{}") < 0)
-            goto done;
-    } else {
-        if (!PyDict_Check(image)) {
-            PyErr_SetString(PyExc_TypeError, "an image is a dict");
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
-            PyObject *column = PyTuple_GET_ITEM(keys, i);
-            if (put_utf8(&key, PyTuple_GET_ITEM(column, 0)) < 0)
-                goto done;
-            PyObject *v = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(column, 1));
-            if (v == NULL && PyErr_Occurred())
-                goto done;
-            if (put_decoded(&key, v == NULL ? Py_None : v) < 0)
-                goto done;
-        }
-        if (put_byte(&key, '}') < 0)
-            goto done;
-    }
+    if (put_key(&key, keys, after != Py_None ? after : before, 1) < 0)
+        goto done;
 
     int read = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'r';
     if (put_utf8(&value, PART(0)) < 0  /* {"before": */
@@ -640,19 +649,9 @@ encode_pgcdc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (put_utf8(&value, PART(11)) < 0)  /* } */
         goto done;
-    PyObject *key_bytes = PyBytes_FromStringAndSize(key.data, key.size);
-    PyObject *value_bytes = key_bytes == NULL ? NULL
-        : PyBytes_FromStringAndSize(value.data, value.size);
-    if (value_bytes != NULL)
-        result = PyTuple_Pack(2, key_bytes, value_bytes);
-    Py_XDECREF(key_bytes);
-    Py_XDECREF(value_bytes);
+    result = pack(&key, &value);
 done:
-    if (key.heap)
-        PyMem_Free(key.data);
-    if (value.heap)
-        PyMem_Free(value.data);
-    return result;
+    return release(&key, &value, result);
 python:  /* numbers this code does not write: the Python path, fallback(event, now_ms) */
     return PyObject_CallFunctionObjArgs(fallback, event, args[2], NULL);
 }
