@@ -46,7 +46,6 @@ query through Spark fails, the load says why and reads in Python.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -61,8 +60,6 @@ from snapshot_builder.catalog import Column, TableVersion
 from streaming import sql_text
 from streaming.evolution import quote
 from streaming.schema import ColumnSpec
-
-log = logging.getLogger(__name__)
 
 # PostgreSQL's JDBC driver (in streaming/session.py's packages)
 DRIVER = "org.postgresql.Driver"
