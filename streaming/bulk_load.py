@@ -333,8 +333,8 @@ class LakeLoad(InitialLoad):
         if source is not None:
             why = jdbc_read.probe(self.spark, source)
         if why:
-            log.warning("the lake load reads every table in Python tasks (slower), since the "
-                        "JDBC driver cannot be used: %s", why)
+            log.warning("the lake load reads every table in Python tasks (slower), not "
+                        "with the JDBC driver: %s", why)
             self._jvm = None
         else:
             assert source is not None
