@@ -27,6 +27,7 @@ import logging
 import re
 from typing import Any
 
+from core.errors import TerminalError
 from streaming.schema import TEXT, TEXT_TYPE, TableSpec
 from streaming.sql_text import literal
 
@@ -128,6 +129,43 @@ def cached_property(spark: Any, path: str, key: str) -> str | None:
     return _STATE[path][1].get(key)
 
 
+class NotADeltaTableError(TerminalError):
+    """The path of a lake table holds files, but no Delta table."""
+
+
+# what a Delta log holds once a version is committed: a commit, a checkpoint, its pointer
+_COMMITTED = re.compile(r"^(\d{20}\.json|\d{20}\.checkpoint.*|_last_checkpoint)$")
+
+
+def clear_interrupted_create(spark: Any, path: str) -> None:
+    """Remove what an interrupted creation of the Delta table at ``path`` left (a driver
+    killed inside ``CREATE TABLE``: a ``_delta_log`` folder without a committed version, at
+    most temporary files in it), before the table is created.  Delta takes such a folder for
+    a table: ``CREATE TABLE IF NOT EXISTS`` does nothing and every later statement fails
+    with DELTA_MISSING_DELTA_TABLE, so the job could never start again.  Anything else at
+    the path (files beside the log, a committed version) is not pgcdc's to remove:
+    :class:`NotADeltaTableError`, naming the path."""
+    jvm = spark.sparkContext._jvm
+    folder = jvm.org.apache.hadoop.fs.Path(path)
+    fs = folder.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(folder):
+        return
+    entries = [status.getPath().getName() for status in fs.listStatus(folder)]
+    log_folder = jvm.org.apache.hadoop.fs.Path(folder, "_delta_log")
+    logged = [status.getPath().getName() for status in fs.listStatus(log_folder)] \
+        if "_delta_log" in entries else []
+    if set(entries) - {"_delta_log"} or any(_COMMITTED.match(name) for name in logged):
+        msg = (f"the lake table's path {path} holds {sorted(entries)[:5]} but no Delta table "
+               "pgcdc can read: not a table pgcdc created (or its log was damaged); move it "
+               "aside and start the job again")
+        raise NotADeltaTableError(msg)
+    log.warning("the lake table %s was being created when its driver stopped (%s left): "
+                "creating it again", path, ", ".join(sorted(logged)) or "an empty log")
+    if not fs.delete(folder, True):
+        msg = f"could not remove the unfinished lake table at {path}; remove it by hand"
+        raise NotADeltaTableError(msg)
+
+
 def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...],
            versions: list[TableSpec] | None = None, *, keep_dropped: bool = False) -> Any:
     """The Delta table at ``path``, created or brought to ``spec``'s shape.
@@ -146,6 +184,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
                                                                 for m in meta_columns]
     columns.append((TEXT, TEXT_TYPE))  # what a typed column cannot hold (added to old tables)
     if not DeltaTable.isDeltaTable(spark, path):
+        clear_interrupted_create(spark, path)
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
         properties = dict(_CREATE_PROPERTIES)
         properties[COLUMNS_PROPERTY] = json.dumps(_identities(spec), sort_keys=True)

@@ -236,3 +236,31 @@ def test_a_keyless_table_moved_back_to_a_name_it_held(
         CAPTURE, "ALTER TABLE u SET SCHEMA side", "INSERT INTO u VALUES (9), (10)",
         "INSERT INTO u SELECT g % 3 FROM generate_series(1, 11) g, generate_series(1, 2)",
         CAPTURE)
+
+
+def test_a_lake_table_whose_creation_was_interrupted(pg_server: PostgresServer,
+                                                     kafka_servers: str, spark: Any,
+                                                     tmp_path: Path) -> None:
+    """bench seed 43000149: a driver killed inside ``CREATE TABLE`` left the lake table's
+    ``_delta_log`` without a committed version.  Delta took that for a table, so ``CREATE
+    TABLE IF NOT EXISTS`` did nothing and the next statement failed with
+    DELTA_MISSING_DELTA_TABLE, at every start of the job.  Now the remains are removed and
+    the table created; anything else at a lake table's path is refused, by name."""
+    program = Program(Rig(pg_server, kafka_servers, spark, tmp_path))
+    try:
+        program.run("CREATE TABLE t (id int PRIMARY KEY, v text)",
+                    "INSERT INTO t SELECT g, 'v' FROM generate_series(1, 20) g", CAPTURE)
+        left = program.home / "lake" / "public.t" / "_delta_log"
+        left.mkdir(parents=True)
+        (left / ".00000000000000000000.json.0f3e2b.tmp").write_text("{")
+        program.run("UPDATE t SET v = 'w' WHERE id < 5")
+        program.check()  # capture, apply, compare
+        other = program.home / "lake" / "public.u"
+        other.mkdir()
+        (other / "notes.txt").write_text("not pgcdc's")
+        program.run("CREATE TABLE u (id int PRIMARY KEY)", "INSERT INTO u VALUES (1)", CAPTURE)
+        with pytest.raises(Exception, match=r"public\.u holds \['notes\.txt'\] but no Delta"):
+            program.apply()
+        assert (other / "notes.txt").exists()
+    finally:
+        program.close()
