@@ -102,6 +102,25 @@ put_fixed(Buf *b, long n, int width)
     return 0;
 }
 
+/* a date's (or datetime's) 2024-02-29 */
+static int
+put_date(Buf *b, PyObject *v)
+{
+    return put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0 || put_byte(b, '-') < 0
+        || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0 || put_byte(b, '-') < 0
+        || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0 ? -1 : 0;
+}
+
+/* a datetime's 2024-02-29T13:14:15, to the second */
+static int
+put_date_time(Buf *b, PyObject *v)
+{
+    return put_date(b, v) < 0 || put_byte(b, 'T') < 0
+        || put_fixed(b, PyDateTime_DATE_GET_HOUR(v), 2) < 0 || put_byte(b, ':') < 0
+        || put_fixed(b, PyDateTime_DATE_GET_MINUTE(v), 2) < 0 || put_byte(b, ':') < 0
+        || put_fixed(b, PyDateTime_DATE_GET_SECOND(v), 2) < 0 ? -1 : 0;
+}
+
 /* --- values by column kind -------------------------------------------------------------- */
 
 /* 1: a numeric(p,s) Decimal written as its unscaled value's two's complement in base64;
@@ -223,14 +242,7 @@ put_kind(Buf *b, int kind, int arg, PyObject *v)
         return 0;
     case K_TSTZ:
         if (PyDateTime_CheckExact(v) && PyDateTime_DATE_GET_TZINFO(v) == PyDateTime_TimeZone_UTC) {
-            if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
-                    || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
-                    || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0
-                    || put_byte(b, 'T') < 0
-                    || put_fixed(b, PyDateTime_DATE_GET_HOUR(v), 2) < 0 || put_byte(b, ':') < 0
-                    || put_fixed(b, PyDateTime_DATE_GET_MINUTE(v), 2) < 0
-                    || put_byte(b, ':') < 0
-                    || put_fixed(b, PyDateTime_DATE_GET_SECOND(v), 2) < 0
+            if (put_byte(b, '"') < 0 || put_date_time(b, v) < 0
                     || put_fraction(b, PyDateTime_DATE_GET_MICROSECOND(v), arg) < 0
                     || PUTS(b, "Z\"") < 0)
                 return -1;
@@ -502,21 +514,14 @@ put_decoded(Buf *b, PyObject *v)
                                      || PyDateTime_DATE_GET_TZINFO(v) == PyDateTime_TimeZone_UTC)) {
         /* isoformat(): 2024-02-29T13:14:15[.123456][+00:00] */
         int us = PyDateTime_DATE_GET_MICROSECOND(v);
-        if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
-                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
-                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0
-                || put_byte(b, 'T') < 0 || put_fixed(b, PyDateTime_DATE_GET_HOUR(v), 2) < 0
-                || put_byte(b, ':') < 0 || put_fixed(b, PyDateTime_DATE_GET_MINUTE(v), 2) < 0
-                || put_byte(b, ':') < 0 || put_fixed(b, PyDateTime_DATE_GET_SECOND(v), 2) < 0
+        if (put_byte(b, '"') < 0 || put_date_time(b, v) < 0
                 || (us && (put_byte(b, '.') < 0 || put_fixed(b, us, 6) < 0))
                 || (PyDateTime_DATE_GET_TZINFO(v) != Py_None && PUTS(b, "+00:00") < 0))
             return -1;
         return put_byte(b, '"');
     }
     if (PyDate_CheckExact(v)) {  /* 2024-02-29 */
-        if (put_byte(b, '"') < 0 || put_fixed(b, PyDateTime_GET_YEAR(v), 4) < 0
-                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_MONTH(v), 2) < 0
-                || put_byte(b, '-') < 0 || put_fixed(b, PyDateTime_GET_DAY(v), 2) < 0)
+        if (put_byte(b, '"') < 0 || put_date(b, v) < 0)
             return -1;
         return put_byte(b, '"');
     }

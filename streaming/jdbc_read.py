@@ -53,6 +53,7 @@ from urllib.parse import quote as url_quote
 
 import psycopg
 
+from decoder.names import quoted_table_name
 from decoder.replication import SESSION_SETTINGS
 from decoder.values import FIRST_NORMAL_OID
 from loads.load_state import CHUNK_BITS, MAX_CHUNK_ROWS, ROW_BITS, ordinal
@@ -212,9 +213,8 @@ def chunk_rows(spark: Any, source: JdbcSource, *,
         assert expr is not None, column
         exprs.append(f"{expr} AS {_ident(field)}")
     where = f"WHERE ({row_filter})" if row_filter is not None else ""
-    name = f"{_ident(table.schema)}.{_ident(table.name)}"
-    query = (f"(SELECT {', '.join([*exprs, 'ctid AS pgcdc_ctid'])} FROM {name} {where}) "
-             "AS pgcdc_chunk")
+    query = (f"(SELECT {', '.join([*exprs, 'ctid AS pgcdc_ctid'])} "
+             f"FROM {quoted_table_name(table.schema, table.name)} {where}) AS pgcdc_chunk")
     predicates = []
     for _, start, end in chunks:
         bound = f"pgcdc_ctid >= '({start},0)'::pg_catalog.tid"
