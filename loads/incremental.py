@@ -46,8 +46,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -305,6 +305,9 @@ class IncrementalSnapshots:
         self._changed = ChangedKeys()
         self._chunk: Chunk | None = None  # the chunk whose HIGH the stream has not passed
         self._published: set[tuple[int, str]] = set()
+        # the pipeline's committed catalog (its table versions by OID), which the rows go
+        # out with when it holds the version read (see :meth:`_as_streamed`)
+        self.catalog: Callable[[int], TableVersion | None] | None = None
         self.chunks_emitted = 0
         self.rows_emitted = 0
         self.rows_superseded = 0
@@ -400,13 +403,13 @@ class IncrementalSnapshots:
         self._check_durable()
 
     def _emit(self, chunk: Chunk) -> None:
-        table = chunk.target.table
+        table = self._as_streamed(chunk.target.table)
         if (table.oid, table.version) not in self._published:
             self.sink.publish_table(table, chunk.high - 1)
             self._published.add((table.oid, table.version))
         superseded = self._changed.superseded(chunk.snapshot)
         if chunk.whole:
-            self._emit_whole(chunk, bool(superseded))
+            self._emit_whole(chunk, table, bool(superseded))
             return
         everything = _ALL in superseded
         position = chunk.high - 1  # after every commit before HIGH, before every one after
@@ -430,12 +433,24 @@ class IncrementalSnapshots:
             self.rows_emitted += written
             self.rows_superseded += len(chunk.rows) - written
 
-    def _emit_whole(self, chunk: Chunk, overlapped: bool) -> None:
+    def _as_streamed(self, table: TableVersion) -> TableVersion:
+        """``table`` (as the catalog query read it) as the stream decodes it at HIGH.  A
+        table holding a composite or an enum that changed since the table's last DDL has a
+        version recording the type's change (:attr:`TableVersion.types`, history no catalog
+        query can know); the rows must go out under it, as the stream's do: each version
+        has one schema, and the one read names the type as it was (bench seed 44000137: a
+        composite's attributes, written under a schema that lacks some)."""
+        current = self.catalog(table.oid) if self.catalog is not None else None
+        if current is not None and replace(current, types=table.types) == table:
+            return current
+        return table
+
+    def _emit_whole(self, chunk: Chunk, table: TableVersion, overlapped: bool) -> None:
         """A table read whole: a TRUNCATE at ``(HIGH - 1, 0)``, then every row at ``(HIGH -
         1, 1 + n)``, which replace its content downstream.  A streamed change of the table
         that the snapshot did not see (the SHARE lock should make it impossible) leaves the
         content as it is and has the table read again."""
-        table, position = chunk.target.table, chunk.high - 1
+        position = chunk.high - 1
         if overlapped:
             if not chunk.emitted:
                 log.error("a change of %s that the read of it did not see streamed before "

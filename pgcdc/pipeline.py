@@ -211,6 +211,8 @@ class Pipeline:
         # incremental snapshots (loads/incremental.py): sees every event and watermark
         self._incremental = incremental
         self.builder = SnapshotBuilder()
+        if incremental is not None:  # its rows go out with the stream's versions
+            incremental.catalog = lambda oid: self.builder.catalog.table(oid)
         self.progress = Progress()
         # hands over each transaction once committed, whole (streamed, prepared, spilled)
         self.reorder = ReorderBuffer(self, memory_limit=config.spill_memory,

@@ -20,7 +20,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from pgcdc.services.postgres import PostgresServer
 from streaming import job
-from tests.lake_model import APPLY, CAPTURE, Program, Rig, machine
+from tests.lake_model import APPLY, CAPTURE, ENCODING, Program, Rig, machine
 
 pytestmark = pytest.mark.spark
 
@@ -137,6 +137,22 @@ REGRESSIONS = {
         "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t SELECT g % 3, ROW(g % 3, 'p')::pair FROM generate_series(1, 6) g",
         "ALTER TYPE pair ADD ATTRIBUTE x int"],
+    # bench seed 44000137: in typed Avro, a table read again after a composite it holds
+    # changed went out under the version the catalog query read, not the stream's (which
+    # records the type's change): that version's schema named the old attributes and
+    # pgcdc run stopped (AvroTypeError); a leaf partition and a table alike
+    "typed Avro: tables read again after a composite changed": [
+        f"{ENCODING}logical", "CREATE TYPE pair AS (a int, b text)",
+        "CREATE TABLE t (id int PRIMARY KEY, p pair)",
+        "ALTER PUBLICATION pgcdc SET (publish_via_partition_root = false)",
+        "CREATE TABLE u (id int, r int, p pair, PRIMARY KEY (id, r)) PARTITION BY RANGE (r)",
+        "CREATE TABLE u1 PARTITION OF u FOR VALUES FROM (0) TO (10)",
+        "CREATE TABLE u2 PARTITION OF u FOR VALUES FROM (10) TO (20)",
+        "INSERT INTO t SELECT g, ROW(g, 'p')::pair FROM generate_series(1, 4) g",
+        "INSERT INTO u SELECT g, g * 5 % 20, ROW(g, 'p')::pair FROM generate_series(1, 4) g",
+        CAPTURE, "ALTER TYPE pair ADD ATTRIBUTE x int",
+        "INSERT INTO t VALUES (5, ROW(5, 'q', 5)::pair)",
+        "INSERT INTO u VALUES (5, 5, ROW(5, 'q', 5)::pair)"],
     # issue 15: a table leaving the publication kept its lake table, one entering it never
     # had its rows read; each failed before (a lake table the source does not publish; 8
     # lake rows for 7)
