@@ -16,3 +16,11 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
     except OSError as exc:  # not serving yet
         return 0, str(exc)
+
+
+def sample(text: str, name: str) -> float | None:
+    """The value of the unlabelled metric ``name`` in a /metrics body (None if absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rpartition(" ")[2])
+    return None

@@ -22,7 +22,9 @@ import pytest
 
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
+from pgcdc.services.ports import free_port
 from sinks.kafka import KafkaSink
+from tests.health import get, sample
 from tests.integration.test_faults import (  # noqa: F401 (fixtures)
     Rig,
     kafka,
@@ -92,7 +94,9 @@ def test_stop_while_waiting_for_a_table_version(rig: Rig) -> None:
     exit 4 with the undelivered count and the durable position, before the hard exit that
     bounds a blocked stop, and the slot stays below the undelivered changes."""
     pgcdc = rig.pgcdc()
-    pgcdc.argv += ["--shutdown-grace-seconds", "2"]
+    port = free_port()
+    metrics = f"http://127.0.0.1:{port}/metrics"
+    pgcdc.argv += ["--shutdown-grace-seconds", "2", "--metrics-port", str(port)]
     pgcdc.start()
     writer = Writer(rig.dsn, seed=192)
     rig.wait_for("streaming", lambda: rig.active_pid() is not None, BOUND, pgcdc)
@@ -100,7 +104,10 @@ def test_stop_while_waiting_for_a_table_version(rig: Rig) -> None:
     try:
         before = current_wal_lsn(rig.conn)  # the writes commit after it
         writer.write(rig.conn, 3)
-        rig.received(pgcdc)  # the first event came: pgcdc waits for the topic now
+        # the first event came and pgcdc waits for Kafka (the walsender having sent it is
+        # not enough: pgcdc may not have read it yet, and a stop then leaves nothing behind)
+        rig.wait_for("pgcdc waiting for Kafka", lambda: (sample(
+            get(metrics)[1], "pgcdc_sink_unacknowledged_seconds") or 0) > 0, BOUND, pgcdc)
         assert pgcdc.proc is not None
         pgcdc.proc.send_signal(signal.SIGTERM)
         code, err = pgcdc.wait(BOUND)

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from pgcdc.services.ports import free_port
-from tests.health import get
+from tests.health import get, sample
 from tests.integration.test_faults import (  # noqa: F401 (fixtures)
     Rig,
     kafka,
@@ -30,13 +30,6 @@ from tests.integration.test_faults import (  # noqa: F401 (fixtures)
 )
 from tests.oracle import Writer
 from tests.tcp_proxy import BLACKHOLE, PASS, RESET
-
-
-def _sample(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rpartition(" ")[2])
-    return None
 
 
 def test_stall_is_warned_counted_and_makes_pgcdc_unready(rig: Rig) -> None:
@@ -61,11 +54,11 @@ def test_stall_is_warned_counted_and_makes_pgcdc_unready(rig: Rig) -> None:
         finally:
             rig.kafka_proxy.set_mode(PASS)
         assert code == 503 and "the sink has acknowledged nothing for" in body, body
-        assert _sample(metrics, "pgcdc_sink_stalled") == 1, metrics
+        assert sample(metrics, "pgcdc_sink_stalled") == 1, metrics
         rig.wait_for("ready again", lambda: get(base + "/health/ready")[0] == 200, 90, pgcdc)
         metrics = get(base + "/metrics")[1]
-        assert _sample(metrics, "pgcdc_sink_stalled") == 0, metrics
-        assert _sample(metrics, "pgcdc_sink_stalls_total") == 1, metrics
+        assert sample(metrics, "pgcdc_sink_stalled") == 0, metrics
+        assert sample(metrics, "pgcdc_sink_stalls_total") == 1, metrics
         err = rig.finish(pgcdc)
     rig.check(writer, sampler)
     records = [json.loads(line) for line in err.splitlines() if line.strip()]  # all JSON
