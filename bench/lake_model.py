@@ -112,13 +112,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     failures[-1]["encoding"] = rig.encoding
                     log.error("programs %d-%d (seed %d, %s) failed: %s", batch, batch + count - 1,
                               seed, rig.encoding, str(exc).splitlines()[0][:300])
-                log.info("%d programs run (%d asked), %d kills, %d driver kills, %d failures",
-                         len(ran), batch + count, rig.killed, rig.driver_kills, len(failures))
+                log.info("%d programs run (%d asked), %d kills, %d driver kills, %d lake load "
+                         "kills, %d failures", len(ran), batch + count, rig.killed,
+                         rig.driver_kills, rig.load_kills, len(failures))
         finally:
             spark.stop()
     return {"programs": len(ran), "asked": args.programs, "steps": args.steps,
             "statements": sum(ran), "seed": args.seed, "kills": rig.killed,
-            "driver_kills": rig.driver_kills, "encodings": encodings,
+            "driver_kills": rig.driver_kills, "load_kills": rig.load_kills,
+            "encodings": encodings,
             "failures": failures,
             "seconds": round(time.monotonic() - started, 1)}
 

@@ -47,8 +47,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from psycopg import sql
 
 from core import wire
-from decoder.slot import current_wal_lsn
+from decoder.slot import current_wal_lsn, ensure_publication
 from loads.incremental import IncrementalSnapshots
+from loads.initial_load import LoadConfig
 from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.postgres import PostgresServer
@@ -57,6 +58,7 @@ from sinks.debezium_json import PGCDC_JSON
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import table_path
+from streaming.bulk_load import LakeLoad
 from tests.fixtures.fix_pg import _database
 from tests.recording_sink import NoSink
 
@@ -98,6 +100,11 @@ APPLY = "-- apply"
 # (--avro-types logical), pgcdc's JSON (--format json --json-mode pgcdc)
 ENCODINGS = ("avro", "logical", "json")
 ENCODING = "-- encoding "
+# a program that loads its first table into the lake (``pgcdc snapshot --lake``: the load
+# creates the slot at its snapshot, and the stream goes on from there): its listing's line
+# :data:`LOADED` before any statement, :data:`LAKE_LOAD` where it loaded
+LOADED = "-- loaded"
+LAKE_LOAD = "-- lake load"
 _ENCODING_FLAGS = {"avro": [], "logical": ["--avro-types", "logical"],
                    "json": ["--format", "json", "--json-mode", "pgcdc"]}
 _ENCODED = {"avro": (wire.FORMAT_AVRO, wire.AVRO_TYPES_TEXT),  # what the catalog records
@@ -118,6 +125,7 @@ class Rig:
     timeout: float = 300.0
     encoding: str = "avro"  # the next programs' (:data:`ENCODINGS`)
     killed: int = 0  # ``pgcdc run`` processes killed
+    load_kills: int = 0  # ``pgcdc snapshot --lake`` processes killed
     driver_kills: int = 0  # ``pgcdc spark`` processes killed
 
 
@@ -156,8 +164,19 @@ class Program:
             self.statements.append(f"{ENCODING}{self.encoding}")
         self.lake = (self.home / "lake").as_uri()
         self.checkpoint = (self.home / "cp").as_uri()
-        # the slot and the publication (FOR ALL TABLES) before the first write
-        Pipeline(self._config(), NoSink()).prepare()
+        self.loaded = False  # the lake load creates the slot (:data:`LOADED`)
+        self._started = False
+
+    def _start(self) -> None:
+        """Before the first write: the publication (FOR ALL TABLES), and the slot unless
+        the program's lake load creates it."""
+        if self._started:
+            return
+        self._started = True
+        if self.loaded:
+            ensure_publication(self.conn, "pgcdc", None, create=True)
+        else:
+            Pipeline(self._config(), NoSink()).prepare()
 
     def close(self) -> None:
         self._exit.close()
@@ -169,20 +188,29 @@ class Program:
 
     def run(self, *statements: sql.Composable | str) -> None:
         """Execute in one implicit transaction each (autocommit), as written; the lines
-        :data:`CAPTURE` and :data:`APPLY` capture and apply instead (a program's listing
-        holds them where its steps did, so that it replays as it ran), and a line
-        :data:`ENCODING` ``<encoding>`` sets how the captures encode values."""
+        :data:`CAPTURE`, :data:`APPLY` and :data:`LAKE_LOAD` capture, apply and load
+        instead (a program's listing holds them where its steps did, so that it replays as
+        it ran), a line :data:`ENCODING` ``<encoding>`` sets how the captures encode
+        values, and :data:`LOADED`, before any other step, that the lake load creates the
+        slot."""
         for statement in statements:
             text = statement if isinstance(statement, str) else statement.as_string(self.conn)
             if text.startswith(ENCODING):
                 self.encoding = text.removeprefix(ENCODING).rstrip(";").strip()
                 assert self.encoding in ENCODINGS, text
                 self.statements.append(f"{ENCODING}{self.encoding}")
+            elif text == LOADED:
+                assert not self._started, "a program is loaded from its start"
+                self.loaded = True
+                self.statements.append(LOADED)
             elif text == CAPTURE:
                 self.capture()
             elif text == APPLY:
                 self.apply()
+            elif text == LAKE_LOAD:
+                self.lake_load()
             else:
+                self._start()
                 self.statements.append(text)
                 self.conn.execute(text.encode())
 
@@ -191,6 +219,9 @@ class Program:
     def capture(self) -> None:
         """pgcdc until everything written so far is durable in Kafka and every table a DDL
         asked to read again was read (incremental snapshots)."""
+        self._start()
+        assert not self.loaded or (self.home / "load.json").exists(), \
+            "a loaded program captures after its lake load"
         self.statements.append(CAPTURE)
         if self.rig.kills is not None:
             self._capture_killed()
@@ -272,12 +303,49 @@ class Program:
     def apply(self) -> None:
         """``pgcdc spark --available-now``, in this process's Spark session (in the bench,
         by default half the time after a ``pgcdc spark`` process killed with -9 mid-way)."""
+        self._start()
         self.statements.append(APPLY)
         if self.rig.kills is not None and self.rig.kills.random() < self.rig.driver_kill_rate:
             self._apply_killed()
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix, trigger_seconds=None)
         job.start(self.rig.spark, config).awaitTermination()
+
+    def lake_load(self) -> None:
+        """``pgcdc snapshot --lake``: every published table into the lake under the slot's
+        exported snapshot, without Kafka (streaming/bulk_load.py; in the bench, first as a
+        process killed with -9 at a random moment, which the load here resumes)."""
+        assert self.loaded and self._started, "a lake load is the loaded program's first"
+        self.statements.append(LAKE_LOAD)
+        state = self.home / "load.json"
+        paths = ["--load-state", str(state), "--progress-file", str(self.home / "progress.json"),
+                 "--catalog-dir", str(self.home / "catalog")]
+        if self.rig.kills is not None:
+            argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", self.dsn, "--slot",
+                    self.slot, "--lake", self.lake, "--topic-prefix", self.prefix,
+                    "--chunk-pages", "1", "--readers", "1", *paths]
+            if self._killed(argv, self.rig.kills.uniform(3.0, 40.0), "pgcdc snapshot --lake"):
+                self.rig.load_kills += 1
+        config = LoadConfig(self.dsn, state, slot=self.slot, chunk_pages=1, readers=2,
+                            progress_file=self.home / "progress.json",
+                            catalog_dir=self.home / "catalog")
+        summary = LakeLoad(config, self.rig.spark, self.lake, topic_prefix=self.prefix).run()
+        assert summary.complete, "\n".join(summary.lines())
+
+    def _killed(self, argv: list[str], after: float, what: str) -> bool:
+        """Run ``argv``, killed with -9 after ``after`` seconds unless it ended first
+        (successfully: anything else fails the program); True when killed."""
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = process.communicate(timeout=after)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=60)
+            return True
+        if process.returncode != 0:
+            msg = f"{what} exited {process.returncode} before the kill:\n{err.decode()[-3000:]}"
+            raise AssertionError(msg)
+        return False
 
     def _apply_killed(self) -> None:
         """``pgcdc spark`` as a process (a driver of its own, small micro-batches), killed
@@ -288,17 +356,8 @@ class Program:
                 "--topic-prefix", self.prefix, "--lake", self.lake, "--checkpoint",
                 self.checkpoint, "--available-now", "--max-offsets-per-trigger", "40",
                 "--spark-log", str(self.home / "spark.log")]
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            process.communicate(timeout=rng.uniform(8.0, 45.0))
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGKILL)
-            process.communicate(timeout=60)
+        if self._killed(argv, rng.uniform(8.0, 45.0), "pgcdc spark"):
             self.rig.driver_kills += 1
-            return
-        if process.returncode != 0:
-            msg = f"pgcdc spark exited {process.returncode} before the kill"
-            raise AssertionError(msg)
 
     def check(self) -> None:
         """The lake holds exactly the source's tables, each equal to its source."""
@@ -319,7 +378,9 @@ class Program:
             "'')))[1]::text::bigint FROM pg_publication_tables "
             "WHERE pubname = 'pgcdc' AND schemaname = ANY(%s)", [list(SCHEMAS)]).fetchall()}
         folder = self.home / "lake"
+        # (a lake load also loads pgcdc's own tables, published FOR ALL TABLES as well)
         held = sorted(p.name for p in folder.iterdir() if not p.name.startswith("_")
+                      and not p.name.startswith("pgcdc.")
                       and not p.name.endswith(AUXILIARY)) if folder.exists() else []
         # the catalog also names tables no event ever reached (under a publication via the
         # root, its partitions): they have no lake table
@@ -362,7 +423,6 @@ class LakeModel(RuleBasedStateMachine):
         # and moves, so "t_pkey" of a table renamed and moved back would collide with the
         # index of a new "t" (PostgreSQL refuses the move: the program, not pgcdc, failed)
         self.keys_named = 0
-        self.program.run(*USER_TYPES)
 
     def _next(self) -> int:
         self.serial += 1
@@ -450,12 +510,20 @@ class LakeModel(RuleBasedStateMachine):
 
     @initialize(keyed=st.booleans(), kinds=st.lists(st.sampled_from(sorted(TYPES)),
                                                     min_size=1, max_size=3),
-                rows=st.integers(0, 20), via_root=st.booleans())
-    def first_table(self, keyed: bool, kinds: list[str], rows: int, via_root: bool) -> None:
+                rows=st.integers(0, 20), via_root=st.booleans(), loaded=st.booleans())
+    def first_table(self, keyed: bool, kinds: list[str], rows: int, via_root: bool,
+                    loaded: bool) -> None:
+        """The program's types and first table; ``loaded``: the table loaded into the lake
+        (``pgcdc snapshot --lake``), the slot created at the load's snapshot."""
+        if loaded:
+            self.program.run(LOADED)
+        self.program.run(*USER_TYPES)
         if via_root:  # partitioned tables published as their root, else as their partitions
             self.program.run("ALTER PUBLICATION pgcdc SET (publish_via_partition_root = true)")
         self.via_root = via_root
         self._create("t", keyed, kinds, rows)
+        if loaded:
+            self.program.run(LAKE_LOAD)
 
     @precondition(lambda self: len(self.tables) < len(NAMES))
     @rule(name=st.sampled_from(NAMES), keyed=st.booleans(),
