@@ -276,13 +276,22 @@ class LakeCatalog:
         return None if life is None else life.dropped
 
     def drops(self) -> list[tuple[TableSpec, int]]:
-        """Every dropped table the stream published (its last version) and its drop's LSN."""
+        """Every dropped table the history holds (its last version) and its drop's LSN:
+        those the stream published, and those a lake load wrote (``pgcdc snapshot --lake``:
+        a lake table the stream may never have sent an event of)."""
         return [(self.latest(oid), life.dropped) for oid, life in sorted(self._lives.items())
-                if life.dropped is not None and self.log.versions(oid)]
+                if life.dropped is not None]
 
     def tables(self) -> list[TableSpec]:
         """The newest version of every table the stream published and did not drop."""
         oids = sorted({s.oid for s in self.log.tables()})
+        return [self.latest(oid) for oid in oids if self.dropped(oid) is None]
+
+    def known_tables(self) -> list[TableSpec]:
+        """The newest version of every table the stream published or the history holds,
+        not dropped: every table a lake table may exist for (a lake load writes tables the
+        stream has not sent an event of), and some without one."""
+        oids = sorted({s.oid for s in self.log.tables()} | set(self._lives))
         return [self.latest(oid) for oid in oids if self.dropped(oid) is None]
 
     def _spec(self, table: TableVersion, lsn: int) -> TableSpec:

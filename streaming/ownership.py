@@ -273,10 +273,11 @@ def follow(spark: Any, oid: int, catalog: LakeCatalog,
 def follow_renamed(spark: Any, catalog: LakeCatalog,
                    table_path: Callable[[str, TableSpec], str], *, lake: str,
                    archive: bool = False) -> list[str]:
-    """:func:`follow` every renamed table the catalog holds (events in the batch or not);
-    returns the locations of those it looked for (not known to be at their place)."""
+    """:func:`follow` every renamed table the catalog holds (events in the batch or not,
+    published by the stream or only loaded into the lake); returns the locations of those
+    it looked for (not known to be at their place)."""
     moved = []
-    for spec in catalog.tables():
+    for spec in catalog.known_tables():
         path = table_path(lake, spec)
         if _SETTLED.get(spec.oid) != path and len(locations(catalog, spec.oid, table_path,
                                                             lake)) > 1:

@@ -365,11 +365,13 @@ class Program:
         self.apply()
         config = job.JobConfig(self.rig.kafka, self.lake, self.checkpoint,
                                topic_prefix=self.prefix)
-        tables = job.read_catalog(self.rig.spark, config).tables()
-        tables = [s for s in tables if s.schema in SCHEMAS]  # not pgcdc's own
+        catalog = job.read_catalog(self.rig.spark, config)
+        # every table a lake table may exist for (a lake load writes tables the stream may
+        # never have published)
+        tables = [s for s in catalog.known_tables() if s.schema in SCHEMAS]  # not pgcdc's
         listing = "\n".join(self.statements)
         encoded = {(s.value_format, s.avro_types if s.value_format == wire.FORMAT_AVRO else "")
-                   for s in tables}
+                   for s in catalog.tables() if s.schema in SCHEMAS}  # as streamed
         assert encoded <= {_ENCODED[self.encoding]}, \
             f"the catalog's tables are encoded {encoded}, not as {self.encoding}"
         source = {(str(r[0]), str(r[1])): int(str(r[2])) for r in self.conn.execute(
