@@ -512,18 +512,20 @@ class LakeModel(RuleBasedStateMachine):
 
     @initialize(keyed=st.booleans(), kinds=st.lists(st.sampled_from(sorted(TYPES)),
                                                     min_size=1, max_size=3),
-                rows=st.integers(0, 20), via_root=st.booleans(), loaded=st.booleans())
+                rows=st.integers(0, 20), via_root=st.booleans(), loaded=st.booleans(),
+                partitioned=st.booleans())
     def first_table(self, keyed: bool, kinds: list[str], rows: int, via_root: bool,
-                    loaded: bool) -> None:
+                    loaded: bool, partitioned: bool) -> None:
         """The program's types and first table; ``loaded``: the table loaded into the lake
-        (``pgcdc snapshot --lake``), the slot created at the load's snapshot."""
+        (``pgcdc snapshot --lake``), the slot created at the load's snapshot (a partition
+        tree then older than the slot)."""
         if loaded:
             self.program.run(LOADED)
         self.program.run(*USER_TYPES)
         if via_root:  # partitioned tables published as their root, else as their partitions
             self.program.run("ALTER PUBLICATION pgcdc SET (publish_via_partition_root = true)")
         self.via_root = via_root
-        self._create("t", keyed, kinds, rows)
+        self._create("t", keyed or partitioned, kinds, rows, partitioned)
         if loaded:
             self.program.run(LAKE_LOAD)
 
