@@ -434,15 +434,20 @@ class IncrementalSnapshots:
             self.rows_superseded += len(chunk.rows) - written
 
     def _as_streamed(self, table: TableVersion) -> TableVersion:
-        """``table`` (as the catalog query read it) as the stream decodes it at HIGH.  A
-        table holding a composite or an enum that changed since the table's last DDL has a
-        version recording the type's change (:attr:`TableVersion.types`, history no catalog
-        query can know); the rows must go out under it, as the stream's do: each version
-        has one schema, and the one read names the type as it was (bench seed 44000137: a
-        composite's attributes, written under a schema that lacks some)."""
+        """``table`` (as the catalog query read it, its domains' base types named) with
+        the type changes the stream's version at HIGH records, where the rows go.  A table
+        holding a composite or an enum that changed since the table's last DDL has a
+        version recording the change (:attr:`TableVersion.types`, history no catalog query
+        can know); without it, the rows went out under the version the table had before
+        the change, whose schema was built then: each version has one schema, and that one
+        names the type as it was (bench seed 44000137: a composite's attributes, written
+        under a schema that lacks some).  With it, the version is the stream's (the same
+        fingerprints), or one the sink has not published yet (its definition differs
+        otherwise), whose schema is built now."""
         current = self.catalog(table.oid) if self.catalog is not None else None
-        if current is not None and replace(current, types=table.types) == table:
-            return current
+        if current is not None and current.same_layout(table) \
+                and current.qualified_name == table.qualified_name:
+            return replace(table, types=current.types)
         return table
 
     def _emit_whole(self, chunk: Chunk, table: TableVersion, overlapped: bool) -> None:

@@ -4,6 +4,7 @@ HIGH, and how the keyless path of the lake counts it (streaming/multiset.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from decoder.change import READ, TRUNCATE, ChangeEvent, RowDecoder
@@ -124,3 +125,26 @@ def test_the_lake_counts_each_read_after_the_truncate_once() -> None:
     # a read of an incremental snapshot elsewhere is still "at least one"
     other = net_changes([Event("r", (30, 1), after=row)], (20, 0), truncated=(20, 0))
     assert other.counts == {row: Count(0, 1)}
+
+
+def test_rows_go_out_under_the_streams_version() -> None:
+    """bench seed 44000137: the catalog query cannot know the change of a type a table holds
+    (``TableVersion.types``); the rows go out with the stream's record of it, so under the
+    stream's version (the same fingerprints), the version read keeping its domains' base
+    types; a table the stream decodes otherwise keeps the version read."""
+    retyped = replace(TABLE, types="t1")
+    read = replace(TABLE, columns=(replace(TABLE.columns[0], base_type="integer"),
+                                   TABLE.columns[1]))
+    for stream, expected in ((retyped, retyped.version), (TABLE, TABLE.version),
+                             (None, TABLE.version),
+                             (replace(TABLE, columns=TABLE.columns[:1]), TABLE.version)):
+        sink = RecordingSink()
+        snapshots = _snapshots(sink)
+        snapshots.catalog = lambda oid, stream=stream: stream if oid == TABLE.oid else None
+        chunk = _whole_chunk()
+        chunk.target = _Target(PublishedTable(read, "r", 1, 0, -1, None), (), (),
+                               RowDecoder(read))
+        _at_high(snapshots, chunk)
+        (version,) = {e.table.version for e in sink.events}
+        assert version == expected
+        assert all(e.table.columns[0].base_type == "integer" for e in sink.events)
