@@ -58,8 +58,9 @@ class LakeOwnerError(CatalogError):
     other."""
 
 
-# (path, oid) of the dropped tables this driver retired or found gone
-_RETIRED: set[tuple[str, int]] = set()
+# (path, oid, LSN of the drop) of the drops this driver retired or found gone: a table out
+# of the publication, back in and out again is retired again
+_RETIRED: set[tuple[str, int, int]] = set()
 
 
 def owner(spark: Any, path: str) -> int | None:
@@ -132,18 +133,18 @@ def arrived(catalog: LakeCatalog, oid: int, path: str) -> int | None:
 def retire_dropped(spark: Any, catalog: LakeCatalog, table_path: Callable[[str, TableSpec], str],
                    *, lake: str, archive: bool = False) -> list[str]:
     """Retire the lake table of every table the history shows dropped (once per driver and
-    table); returns their locations."""
+    drop); returns their locations."""
     retired = []
-    for spec, _lsn in catalog.drops():
+    for spec, lsn in catalog.drops():
         # at the location of its last name, or of an earlier one (renamed, then dropped
         # before its lake table followed)
         for path in locations(catalog, spec.oid, table_path, lake):
-            if (path, spec.oid) in _RETIRED:
+            if (path, spec.oid, lsn) in _RETIRED:
                 continue
             if owner(spark, path) == spec.oid:
                 retire(spark, path, spec.oid, lake=lake, archive=archive)
                 retired.append(path)
-            _RETIRED.add((path, spec.oid))
+            _RETIRED.add((path, spec.oid, lsn))
     return retired
 
 
@@ -178,7 +179,6 @@ def retire(spark: Any, path: str, oid: int, *, lake: str, archive: bool = False)
         forget(table)
     # Delta caches each table's log by location; a table created there next starts afresh
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    _RETIRED.add((path, oid))
     log.warning("lake table %s of table oid %d %s: the source table was dropped, replaced, "
                 "or left the publication", path, oid,
                 f"moved to {destination}" if destination else "dropped")
