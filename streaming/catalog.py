@@ -276,11 +276,14 @@ class LakeCatalog:
         return None if life is None else life.dropped
 
     def drops(self) -> list[tuple[TableSpec, int]]:
-        """Every dropped table the history holds (its last version) and its drop's LSN:
-        those the stream published, and those a lake load wrote (``pgcdc snapshot --lake``:
-        a lake table the stream may never have sent an event of)."""
+        """Every dropped table the history holds (its last version) and its drop's LSN,
+        of those ever in the publication: those the stream published, and those a lake load
+        wrote (``pgcdc snapshot --lake``: a lake table the stream may never have sent an
+        event of).  A table never published has no lake table (under a publication by
+        table list, most of a database's tables)."""
         return [(self.latest(oid), life.dropped) for oid, life in sorted(self._lives.items())
-                if life.dropped is not None]
+                if life.dropped is not None
+                and any(table.published for _, table in life.versions)]
 
     def tables(self) -> list[TableSpec]:
         """The newest version of every table the stream published and did not drop."""
