@@ -499,12 +499,11 @@ def baseline(conn: psycopg.Connection[Any], publication: str) -> list[PutTable |
     # and its partitions trade places in the publication when publish_via_partition_root
     # changes, and the ones entering it must be known as out of it before (read again then)
     others = conn.execute(
-        "SELECT pgcdc.table_definition(t.relid) FROM (SELECT DISTINCT pt.relid "
-        "FROM pg_publication_tables p, LATERAL pg_partition_tree(pg_partition_root("
-        "format('%%I.%%I', p.schemaname, p.tablename)::regclass)) pt "
-        "WHERE p.pubname = %s) t WHERE t.relid NOT IN (SELECT format('%%I.%%I', "
-        "schemaname, tablename)::regclass FROM pg_publication_tables WHERE pubname = %s) "
-        "ORDER BY 1", (publication, publication)).fetchall()
+        "WITH published AS (SELECT format('%%I.%%I', schemaname, tablename)::regclass AS rel "
+        "FROM pg_publication_tables WHERE pubname = %s) "
+        "SELECT pgcdc.table_definition(t.relid) FROM (SELECT DISTINCT tree.relid "
+        "FROM published, LATERAL pg_partition_tree(pg_partition_root(published.rel)) tree) t "
+        "WHERE t.relid NOT IN (SELECT rel FROM published) ORDER BY 1", (publication,)).fetchall()
     changes += [PutTable(replace(table_from_dict(row[0]), published=False))
                 for row in others if row[0] is not None]
     return changes

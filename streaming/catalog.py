@@ -287,15 +287,16 @@ class LakeCatalog:
 
     def tables(self) -> list[TableSpec]:
         """The newest version of every table the stream published and did not drop."""
-        oids = sorted({s.oid for s in self.log.tables()})
-        return [self.latest(oid) for oid in oids if self.dropped(oid) is None]
+        return self._not_dropped({s.oid for s in self.log.tables()})
 
     def known_tables(self) -> list[TableSpec]:
         """The newest version of every table the stream published or the history holds,
         not dropped: every table a lake table may exist for (a lake load writes tables the
         stream has not sent an event of), and some without one."""
-        oids = sorted({s.oid for s in self.log.tables()} | set(self._lives))
-        return [self.latest(oid) for oid in oids if self.dropped(oid) is None]
+        return self._not_dropped({s.oid for s in self.log.tables()} | set(self._lives))
+
+    def _not_dropped(self, oids: set[int]) -> list[TableSpec]:
+        return [self.latest(oid) for oid in sorted(oids) if self.dropped(oid) is None]
 
     def _spec(self, table: TableVersion, lsn: int) -> TableSpec:
         """A history version as a spec, at the history's LSN: its ``_catalog`` record where
