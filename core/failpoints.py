@@ -29,6 +29,7 @@ POINTS: Final = (
 LOAD_POINTS: Final = (
     "after_load_plan",  # the slot and the load's plan are stored, no read event written yet
     "after_snapshot_chunk",  # a chunk is durable in the sink and recorded done in the state file
+    "before_lake_write",  # the lake load created a table's lake table, wrote none of its rows
 )
 
 

@@ -471,7 +471,7 @@ class InitialLoad:
         loading = [t for t in loading if not t.complete]
 
         resumed = bool(state.attempts)
-        if resumed:
+        if snapshot.export is None:  # not the slot's snapshot: killed before any attempt, too
             self._check_no_keyless([catalog[t.oid] for t in loading])
         attempt = len(state.attempts)
         if attempt >= MAX_ATTEMPTS:

@@ -44,11 +44,18 @@ whose commit exists (found by its ``userMetadata`` in the Delta history) is comp
 if the state file did not record it yet; the others are read again, in full, under a new
 snapshot (the exported one died with the load): for a table with a key that is exact, for
 the reasons loads/initial_load.py gives (every streamed change sorts after every
-read).  A keyless table is not: a row inserted after the consistent point and visible to
-the new snapshot would be counted by the read and again by the stream, so a keyless table
-is only loaded under the slot's own snapshot; keyless tables are loaded first, and a resume
-that finds one not loaded stops with :class:`KeylessResumeError` (drop the slot, remove the
-state file and the lake tables, and load again).
+read).  A keyless table needs more: a row inserted after the consistent point and visible to
+the new snapshot would be counted by the read and again by the stream (no key folds the
+two).  So a resumed load reads a keyless table at a cut of its own (:meth:`LakeLoad._cut`):
+a transaction locks the table in SHARE mode (writers wait; none is in progress once it is
+granted), then takes its snapshot and the WAL insert position ``L``, and exports the
+snapshot to the table's tasks.  Every change of the table committed before ``L`` is in
+that snapshot and every later one commits after ``L``, so the rows are written at position
+``L - 1`` with the table's multiset watermark (``pgcdc.appliedThrough``) there: the apply
+leaves out the stream's changes of the table committed before ``L`` (the read holds them)
+and counts every later one.  The lock is held until the table's Delta commit (its writers
+wait that long).  Keyless tables are loaded first, under the slot's own snapshot when the
+load is not cut short.
 
 The lake must not already hold rows for the tables loaded (:class:`LakeNotEmptyError`):
 this is the first load of a lake; later ones go through ``pgcdc snapshot-table``.
@@ -61,14 +68,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from core import failpoints
 from core.errors import TerminalError, TransientError
 from core.wire import topic_name
+from decoder.lsn import parse_lsn
 from loads.chunk_reader import (
     ChunkTask,
     begin_in_snapshot,
@@ -113,10 +124,6 @@ class LakeNotEmptyError(TerminalError):
     """A lake table the load would write already holds rows it did not write."""
 
 
-class KeylessResumeError(TerminalError):
-    """A keyless table not loaded under the slot's own snapshot: a later one is not exact."""
-
-
 def marker(state: LoadState, oid: int) -> str:
     """The ``userMetadata`` of the Delta commit that loaded table ``oid``."""
     return f"pgcdc load {state.slot} {state.consistent_point:X} {oid}"
@@ -139,6 +146,10 @@ class _Setup:
     load_lsn: int
     attempt: int
     lock_timeout_ms: int = 0
+
+
+# the ordinal of a watermark past every change committed at its LSN
+_LAST_ORDINAL = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -315,7 +326,11 @@ class LakeLoad(InitialLoad):
         self.topic_prefix = topic_prefix
         self.tables_at_once = config.readers  # tables loaded at once (their tasks: Spark's)
         self._task_snapshot: str | None = None
+        self._slot_snapshot = False  # the tasks read under the slot's exported snapshot
         self._jvm: _Jvm | None = None
+
+    def _check_no_keyless(self, tables: list[PublishedTable]) -> None:
+        """A resumed lake load reads each keyless table at a cut of its own (:meth:`_cut`)."""
 
     def _start_readers(self, snapshot: ExportedSnapshot, tables: list[PublishedTable],
                        load_lsn: int, attempt: int, started: int) -> None:
@@ -329,6 +344,7 @@ class LakeLoad(InitialLoad):
         row = snapshot.coordinator.execute("SELECT pg_catalog.pg_export_snapshot()").fetchone()
         assert row is not None
         self._task_snapshot = str(row[0])
+        self._slot_snapshot = snapshot.export is not None
         source, why = jdbc_read.jdbc_source(snapshot.coordinator)
         if source is not None:
             why = jdbc_read.probe(self.spark, source)
@@ -399,28 +415,38 @@ class LakeLoad(InitialLoad):
                        "tables that do not exist yet; move it aside, or load through Kafka "
                        "(pgcdc run --initial-load)")
                 raise LakeNotEmptyError(msg)
-        keyless = multiset.keyless(spec)
-        if keyless and state.attempt > 0:
-            msg = (f"the keyless table {spec.qualified_name} was not loaded before the lake "
-                   "load was cut short, and a keyless table is only exact under the slot's "
-                   "own snapshot (a row inserted since would be counted twice): drop the slot, "
-                   f"remove {self.store.path} and the lake tables, and load again")
-            raise KeylessResumeError(msg)
+        with ExitStack() as locks:
+            return self._write_table(state, tasks, spec, path, mark, locks)
+
+    def _write_table(self, state: LoadState, tasks: list[ChunkTask], spec: TableSpec,
+                     path: str, mark: str, locks: ExitStack) -> int:
+        """The rows of one table, read and written in one Delta commit (marked ``mark``);
+        a lock the read needs is held by ``locks``."""
+        spark = self.spark
         assert self._task_snapshot is not None
-        # the load's session settings and lock timeout: a task that queues for its table
-        # behind a DDL (which waits for the coordinator's lock) fails instead of waiting
-        setup = _Setup(self.config.dsn, self._options(), self._task_snapshot, tasks[0].table,
-                       state.load_lsn, state.attempt, int(self.config.lock_timeout * 1000))
-        started = time.monotonic()
-        self.progress.tables[spec.oid].started = started
+        snapshot, load_lsn = self._task_snapshot, state.load_lsn
+        keyless = multiset.keyless(spec)
         if keyless:
+            properties = {}
+            if not self._slot_snapshot:  # a resumed load: at a cut of its own
+                snapshot, cut = locks.enter_context(self._cut(spec))
+                load_lsn = cut - 1
+                properties[multiset.APPLIED_PROPERTY] = f"{load_lsn}/{_LAST_ORDINAL}"
+            properties[multiset.LOADED_PROPERTY] = str(load_lsn)
             evolve(spark, path, spec, multiset.META_COLUMNS)
-            set_properties(spark, path, {multiset.LOADED_PROPERTY: str(state.load_lsn)})
+            set_properties(spark, path, properties)  # before the rows: a retry sets its own
         else:
             evolve(spark, path, spec, META_COLUMNS)
+        # the load's session settings and lock timeout: a task that queues for its table
+        # behind a DDL (which waits for the coordinator's lock) fails instead of waiting
+        setup = _Setup(self.config.dsn, self._options(), snapshot, tasks[0].table,
+                       load_lsn, state.attempt, int(self.config.lock_timeout * 1000))
+        started = time.monotonic()
+        self.progress.tables[spec.oid].started = started
         spark.sparkContext.setJobDescription(f"pgcdc lake load: {spec.qualified_name}")
         from py4j.protocol import Py4JJavaError
 
+        failpoints.hit("before_lake_write")
         try:
             rows = lake_rows(envelopes(spark, setup, tasks, spec, self._jvm), spec)
             rows.write.format("delta").mode("append").option("userMetadata", mark)\
@@ -438,6 +464,27 @@ class LakeLoad(InitialLoad):
         log.info("loaded %s into %s: %d rows in %.1f s", spec.qualified_name, path, written,
                  time.monotonic() - started)
         return written
+
+    @contextmanager
+    def _cut(self, spec: TableSpec) -> Iterator[tuple[str, int]]:
+        """A keyless table's own cut (module docstring): the name of a snapshot taken under
+        a SHARE lock on it and the WAL insert position then; the lock lasts the block."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")  # LOCK takes no snapshot
+            try:
+                conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
+                    sql.Identifier(spec.schema, spec.name)))
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
+                raise lock_error(exc) from exc
+            row = conn.execute("SELECT pg_catalog.pg_export_snapshot(), "
+                               "pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()
+            assert row is not None
+            log.info("reading the keyless table %s again under a SHARE lock, at %s",
+                     spec.qualified_name, row[1])
+            yield str(row[0]), parse_lsn(str(row[1]))
+        finally:
+            conn.close()
 
 
 def _written(spark: Any, path: str, mark: str) -> int | None:

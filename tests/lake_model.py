@@ -794,8 +794,12 @@ class LakeModel(RuleBasedStateMachine):
         self.program.apply()
 
     def teardown(self) -> None:
+        """Check the lake, unless a step failed: hypothesis tears down in a ``finally``, and
+        the check's error would hide the step's (bench seed 55: a refused lake load resume
+        reported as a lake table left empty)."""
         try:
-            self.program.check()
+            if sys.exc_info()[0] is None:
+                self.program.check()
         finally:
             self.program.close()
 

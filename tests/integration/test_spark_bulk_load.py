@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from streaming import job
 from streaming.apply import apply_batch
 from streaming.bulk_load import LakeNotEmptyError, load_lake, marker
 from streaming.evolution import quote, table_properties
-from streaming.multiset import LOADED_PROPERTY, OCCURRENCE
+from streaming.multiset import APPLIED_PROPERTY, LOADED_PROPERTY, OCCURRENCE
 from streaming.schema import COMMIT_LSN, ORDINAL, TEXT
 from tests.integration.test_spark_types import _create, _insert
 
@@ -218,6 +220,82 @@ def test_lake_load_killed_between_tables_resumes(
     catalog = _stream_and_apply(pg_dsn, kafka_servers, topic_prefix, tables, pg_conn, tmp_path,
                                 spark, 0)
     _assert_clone(pg_dsn, spark, lake, catalog, {"public.a", "public.b", "public.k"})
+
+
+@pytest.mark.timeout(1200)
+def test_lake_load_of_a_keyless_table_resumed_after_writes(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """Killed with the keyless table's lake table created and marked loaded but no row
+    written (bench seed 55: the resume was refused, and once left the table empty); then
+    rows inserted twice over, deleted, truncated, a column added.  The resume reads the
+    table at a cut of its own, under a SHARE lock, while a writer keeps inserting; the
+    stream's changes before the cut are left out, the later ones counted: the lake equals
+    the source."""
+    pg_conn.execute("CREATE TABLE k (a int, b text)")
+    pg_conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
+    pg_conn.execute("INSERT INTO k SELECT g % 3, 'x' FROM generate_series(1, 60) g")
+    pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+    pg_conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    tables = ["public.a", "public.k"]
+    lake = (tmp_path / "lake").as_uri()
+    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", pg_dsn, "--tables",
+            ",".join(tables), "--lake", lake, "--readers", "1",
+            "--load-state", str(tmp_path / "load.json"),
+            "--progress-file", str(tmp_path / "p.json"),
+            "--catalog-dir", str(tmp_path / "catalog"), "--topic-prefix", topic_prefix]
+    crash = subprocess.run(argv, capture_output=True, timeout=600, check=False, env={
+        **os.environ, "PGCDC_FAIL_POINT": "before_lake_write:1"})
+    assert crash.returncode == EXIT_CODE, crash.stderr.decode()[-3000:]
+    state = json.loads((tmp_path / "load.json").read_text())
+    assert len(state["attempts"]) == 1 and not any(t["complete"]
+                                                   for t in state["tables"].values())
+    k_path = f"{lake}/public.k"
+    assert table_properties(spark, k_path)[LOADED_PROPERTY]  # created, marked, empty
+    assert spark.read.format("delta").load(k_path).count() == 0
+
+    # between the runs: each of these is both in the stream and seen by the resume's read
+    pg_conn.execute("INSERT INTO k SELECT 1, 'x' FROM generate_series(1, 3)")
+    pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT min(ctid) FROM k WHERE a = 2)")
+    pg_conn.execute("TRUNCATE k")
+    pg_conn.execute("INSERT INTO k SELECT g % 4, 'y' FROM generate_series(1, 40) g")
+    pg_conn.execute("ALTER TABLE k ADD COLUMN c int")
+    pg_conn.execute("INSERT INTO k VALUES (1, 'y', 7), (1, 'y', 7)")
+    pg_conn.execute("UPDATE k SET c = 9 WHERE ctid = (SELECT min(ctid) FROM k WHERE a = 3)")
+    pg_conn.execute("UPDATE a SET v = 'changed' WHERE id <= 10")
+
+    # and during the resume: a writer the table's SHARE lock holds back, then lets through
+    stop = threading.Event()
+    written: list[int] = []
+
+    def write() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute("INSERT INTO k VALUES (2, 'w', 1), (2, 'w', 1)")
+                written.append(2)
+                time.sleep(0.05)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
+                         topic_prefix=topic_prefix)
+    finally:
+        stop.set()
+        writer.join(30)
+    assert written
+    state = json.loads((tmp_path / "load.json").read_text())
+    assert state["status"] == "complete" and len(state["attempts"]) == 2
+    properties = table_properties(spark, k_path)
+    cut = int(properties[LOADED_PROPERTY])
+    assert cut >= state["consistent_point"]  # the table's own cut, after the slot's
+    assert properties[APPLIED_PROPERTY].startswith(f"{cut}/")
+    pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT min(ctid) FROM k WHERE a = 2)")
+    pg_conn.execute("INSERT INTO k VALUES (0, 'y', NULL)")
+
+    catalog = _stream_and_apply(pg_dsn, kafka_servers, topic_prefix, tables, pg_conn, tmp_path,
+                                spark, 0)
+    _assert_clone(pg_dsn, spark, lake, catalog, {"public.a", "public.k"})
 
 
 def marker_of(state: dict[str, Any], name: str) -> str:
