@@ -22,7 +22,9 @@ From the repository root::
 A failing program is shrunk (``--shrink``, slow: each step of shrinking runs the pipeline)
 and its SQL written to ``--failures`` (one file per failure, named by seed: the error as
 comments, a statement a line, and ``-- capture`` / ``-- apply`` where the program captured
-and applied; ``tests.lake_model.Program.run`` replays it).  Prints a JSON summary: the
+and applied; ``tests.lake_model.Program.run`` replays it); ``--keep DIR`` also keeps its
+folder (the load's and the stream's state, the catalog, the lake, the checkpoint, and the
+stderr of every pgcdc process it ran and killed).  Prints a JSON summary: the
 programs that ran to their check (hypothesis may run a few more than asked; a failure ends
 its batch), the statements they ran, kills, failures, seconds; the exit status is 1 if a
 program failed.
@@ -34,6 +36,7 @@ import argparse
 import json
 import logging
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -81,6 +84,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 except BaseException:
                     if not failed:  # not a replay's: hypothesis may not reproduce it
                         failed.append(list(self.program.statements))
+                        if args.keep is not None:  # its state, catalog, lake, processes' logs
+                            shutil.copytree(self.program.home, args.keep / self.program.slot,
+                                            dirs_exist_ok=True)
                     raise
 
             bound.teardown = teardown  # type: ignore[method-assign]
@@ -159,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="E,E", help="how captures encode values, a batch each in "
                         f"turn: {', '.join(ENCODINGS)} (all)")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing program")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy a failing program's folder here (its load and progress "
+                        "state, catalog, lake, checkpoint and the logs of its killed processes)")
     parser.add_argument("--failures", type=Path, default=Path("lake_model_failures"),
                         help="folder for failing programs' SQL (lake_model_failures)")
     args = parser.parse_args(argv)

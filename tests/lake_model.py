@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,6 +167,7 @@ class Program:
         self.checkpoint = (self.home / "cp").as_uri()
         self.loaded = False  # the lake load creates the slot (:data:`LOADED`)
         self._started = False
+        self._spawned = 0  # pgcdc processes run (their logs' numbers)
 
     def _start(self) -> None:
         """Before the first write: the publication (FOR ALL TABLES), and the slot unless
@@ -290,11 +292,10 @@ class Program:
                 str(self.home / "progress.json"), "--catalog-dir", str(self.home / "catalog"),
                 "--incremental-snapshots", "--incremental-state",
                 str(self.home / "incremental.json"), *_ENCODING_FLAGS[self.encoding]]
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process, log = self._spawn(argv)
         time.sleep(rng.uniform(0.3, 4.0))
         if process.poll() is not None:
-            _, err = process.communicate()
-            msg = f"pgcdc run exited {process.returncode} before the kill:\n{err.decode()}"
+            msg = f"pgcdc run exited {process.returncode} before the kill:\n{_tail(log)}"
             raise AssertionError(msg)
         process.send_signal(signal.SIGKILL)
         process.communicate(timeout=30)
@@ -335,17 +336,28 @@ class Program:
     def _killed(self, argv: list[str], after: float, what: str) -> bool:
         """Run ``argv``, killed with -9 after ``after`` seconds unless it ended first
         (successfully: anything else fails the program); True when killed."""
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process, log = self._spawn(argv)
         try:
-            _, err = process.communicate(timeout=after)
+            process.communicate(timeout=after)
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGKILL)
             process.communicate(timeout=60)
             return True
         if process.returncode != 0:
-            msg = f"{what} exited {process.returncode} before the kill:\n{err.decode()[-3000:]}"
+            msg = f"{what} exited {process.returncode} before the kill:\n{_tail(log)}"
             raise AssertionError(msg)
         return False
+
+    def _spawn(self, argv: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+        """A pgcdc process; its stderr goes to a file of the program's folder (numbered in
+        the order the processes ran: a failing program's folder, which the bench can keep,
+        says what each did before its kill)."""
+        self._spawned += 1
+        log = self.home / f"{self._spawned:02d}-pgcdc-{argv[3]}.log"
+        with log.open("wb") as err:
+            err.write(f"{shlex.join(argv)}\n".encode())
+            err.flush()
+            return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err), log
 
     def _apply_killed(self) -> None:
         """``pgcdc spark`` as a process (a driver of its own, small micro-batches), killed
@@ -402,6 +414,10 @@ class Program:
         if os.environ.get("PGCDC_MODEL_VERBOSE"):
             rows = ", ".join(f"{r.table} {r.source.rows} rows" for r in results)
             print(f"\n-- program {self.slot}: equal ({rows})\n{listing}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
 
 
 def _ident(name: str) -> sql.Identifier:
