@@ -73,6 +73,20 @@ def _config(dsn: str, tmp_path: Path, tables: list[str]) -> LoadConfig:
                       progress_file=tmp_path / "p.json", catalog_dir=tmp_path / "catalog")
 
 
+def _crashed_load(dsn: str, tables: list[str], lake: str, tmp_path: Path, prefix: str,
+                  fail_point: str, *options: str) -> Any:
+    """``pgcdc snapshot --lake`` (one table at a time) crashed at ``fail_point``: its state."""
+    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", dsn, "--tables",
+            ",".join(tables), "--lake", lake, "--readers", "1", *options,
+            "--load-state", str(tmp_path / "load.json"),
+            "--progress-file", str(tmp_path / "p.json"),
+            "--catalog-dir", str(tmp_path / "catalog"), "--topic-prefix", prefix]
+    crash = subprocess.run(argv, capture_output=True, timeout=600, check=False, env={
+        **os.environ, "PGCDC_FAIL_POINT": fail_point})
+    assert crash.returncode == EXIT_CODE, crash.stderr.decode()[-3000:]
+    return json.loads((tmp_path / "load.json").read_text())
+
+
 def _assert_clone(dsn: str, spark: Any, lake: str, catalog: Any, names: set[str]) -> None:
     specs = [s for s in catalog.known_tables() if s.qualified_name in names]
     assert len(specs) == len(names)
@@ -178,15 +192,8 @@ def test_lake_load_killed_between_tables_resumes(
         "SELECT pg_relation_size('k') / current_setting('block_size')::int").fetchone()
     assert pages is not None
     k_chunks = len(plan_chunks(int(str(pages[0])), 2))
-    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", pg_dsn, "--tables",
-            ",".join(tables), "--lake", lake, "--chunk-pages", "2", "--readers", "1",
-            "--load-state", str(tmp_path / "load.json"),
-            "--progress-file", str(tmp_path / "p.json"),
-            "--catalog-dir", str(tmp_path / "catalog"), "--topic-prefix", topic_prefix]
-    crash = subprocess.run(argv, capture_output=True, timeout=600, check=False, env={
-        **os.environ, "PGCDC_FAIL_POINT": f"after_snapshot_chunk:{k_chunks + 1}"})
-    assert crash.returncode == EXIT_CODE, crash.stderr.decode()[-3000:]
-    state = json.loads((tmp_path / "load.json").read_text())
+    state = _crashed_load(pg_dsn, tables, lake, tmp_path, topic_prefix,
+                          f"after_snapshot_chunk:{k_chunks + 1}", "--chunk-pages", "2")
     by_name = {t["name"]: t for t in state["tables"].values()}
     assert by_name["k"]["complete"] and not by_name["a"]["complete"]
     assert sum(c["done"] is not None for c in by_name["a"]["chunks"]) == 1
@@ -239,15 +246,7 @@ def test_lake_load_of_a_keyless_table_resumed_after_writes(
     pg_conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
     tables = ["public.a", "public.k"]
     lake = (tmp_path / "lake").as_uri()
-    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", pg_dsn, "--tables",
-            ",".join(tables), "--lake", lake, "--readers", "1",
-            "--load-state", str(tmp_path / "load.json"),
-            "--progress-file", str(tmp_path / "p.json"),
-            "--catalog-dir", str(tmp_path / "catalog"), "--topic-prefix", topic_prefix]
-    crash = subprocess.run(argv, capture_output=True, timeout=600, check=False, env={
-        **os.environ, "PGCDC_FAIL_POINT": "before_lake_write:1"})
-    assert crash.returncode == EXIT_CODE, crash.stderr.decode()[-3000:]
-    state = json.loads((tmp_path / "load.json").read_text())
+    state = _crashed_load(pg_dsn, tables, lake, tmp_path, topic_prefix, "before_lake_write:1")
     assert len(state["attempts"]) == 1 and not any(t["complete"]
                                                    for t in state["tables"].values())
     k_path = f"{lake}/public.k"
