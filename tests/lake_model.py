@@ -382,8 +382,10 @@ class Program:
         # never have published)
         tables = [s for s in catalog.known_tables() if s.schema in SCHEMAS]  # not pgcdc's
         listing = "\n".join(self.statements)
+        # as streamed: the stream's records (a version only the history holds, one no event
+        # was written under since the stream last described the table, has no format)
         encoded = {(s.value_format, s.avro_types if s.value_format == wire.FORMAT_AVRO else "")
-                   for s in catalog.tables() if s.schema in SCHEMAS}  # as streamed
+                   for s in catalog.log.tables() if s.schema in SCHEMAS}
         assert encoded <= {_ENCODED[self.encoding]}, \
             f"the catalog's tables are encoded {encoded}, not as {self.encoding}"
         source = {(str(r[0]), str(r[1])): int(str(r[2])) for r in self.conn.execute(
