@@ -318,13 +318,14 @@ class InitialLoad:
         if info.active_pid is not None:
             raise SlotInUseError(cfg.slot, info.active_pid)
 
-    def _check_no_keyless(self, tables: list[PublishedTable]) -> None:
+    def _check_no_keyless(self, tables: list[PublishedTable], *, planned: bool) -> None:
         """A resumed load cannot finish a table without a key exactly: it reads under a
         snapshot newer than the consistent point, so rows written in between come both as
         reads and as streamed changes, and reads an earlier attempt made durable (not yet
         recorded done) come again under new positions; a key folds each pair into one row,
         a keyless table (a multiset downstream) keeps both.  Raise, naming the tables and
-        the two ways on."""
+        the ways on (``planned``: the killed load stored its plan, which the hand-over to
+        incremental snapshots needs)."""
         keyless = [t.table.qualified_name for t in tables if t.table.keyless]
         if not keyless:
             return
@@ -333,10 +334,13 @@ class InitialLoad:
         msg = (f"the interrupted initial load of slot {cfg.slot!r} cannot be resumed "
                f"exactly: {', '.join(keyless)} has no key (or REPLICA IDENTITY FULL), and a "
                "resumed read of it under a newer snapshot would bring rows twice downstream. "
-               "Finish it with `pgcdc run --initial-load --incremental-snapshots` (the rest of "
-               "the load is handed to incremental snapshots while streaming, and a keyless "
-               "table is read whole, a truncate first, under a SHARE lock), or start over: "
-               f"{start_over(cfg.slot, files, drop_slot=True, topics=True)}")
+               + ("Finish it with `pgcdc run --initial-load --incremental-snapshots` (the "
+                  "rest of the load is handed to incremental snapshots while streaming, and a "
+                  "keyless table is read whole, a truncate first, under a SHARE lock); or, "
+                  if planned else
+                  "It was stopped before it stored its plan (which a hand-over to incremental "
+                  "snapshots needs); ")
+               + start_over(cfg.slot, files, drop_slot=True, topics=True))
         raise LoadStateError(msg)
 
     def _install_ddl_capture(self, conn: Conn) -> None:
@@ -472,7 +476,8 @@ class InitialLoad:
 
         resumed = bool(state.attempts)
         if snapshot.export is None:  # not the slot's snapshot: killed before any attempt, too
-            self._check_no_keyless([catalog[t.oid] for t in loading])
+            self._check_no_keyless([catalog[t.oid] for t in loading],
+                                   planned=bool(state.attempts))
         attempt = len(state.attempts)
         if attempt >= MAX_ATTEMPTS:
             msg = (f"the initial load of slot {cfg.slot!r} was resumed {attempt} times; "

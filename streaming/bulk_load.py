@@ -329,7 +329,7 @@ class LakeLoad(InitialLoad):
         self._slot_snapshot = False  # the tasks read under the slot's exported snapshot
         self._jvm: _Jvm | None = None
 
-    def _check_no_keyless(self, tables: list[PublishedTable]) -> None:
+    def _check_no_keyless(self, tables: list[PublishedTable], *, planned: bool) -> None:
         """A resumed lake load reads each keyless table at a cut of its own (:meth:`_cut`)."""
 
     def _start_readers(self, snapshot: ExportedSnapshot, tables: list[PublishedTable],
