@@ -477,7 +477,7 @@ class InitialLoad:
         resumed = bool(state.attempts)
         if snapshot.export is None:  # not the slot's snapshot: killed before any attempt, too
             self._check_no_keyless([catalog[t.oid] for t in loading],
-                                   planned=bool(state.attempts))
+                                   planned=resumed)
         attempt = len(state.attempts)
         if attempt >= MAX_ATTEMPTS:
             msg = (f"the initial load of slot {cfg.slot!r} was resumed {attempt} times; "

@@ -68,7 +68,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -415,22 +415,23 @@ class LakeLoad(InitialLoad):
                        "tables that do not exist yet; move it aside, or load through Kafka "
                        "(pgcdc run --initial-load)")
                 raise LakeNotEmptyError(msg)
-        with ExitStack() as locks:
-            return self._write_table(state, tasks, spec, path, mark, locks)
+        # a keyless table of a resumed load: at a cut of its own, its lock held until written
+        own_cut = multiset.keyless(spec) and not self._slot_snapshot
+        with self._cut(spec) if own_cut else nullcontext() as cut:
+            return self._write_table(state, tasks, spec, path, mark, cut)
 
     def _write_table(self, state: LoadState, tasks: list[ChunkTask], spec: TableSpec,
-                     path: str, mark: str, locks: ExitStack) -> int:
-        """The rows of one table, read and written in one Delta commit (marked ``mark``);
-        a lock the read needs is held by ``locks``."""
+                     path: str, mark: str, cut: tuple[str, int] | None) -> int:
+        """The rows of one table, read and written in one Delta commit (marked ``mark``):
+        under the load's snapshot, or a keyless table's own ``cut`` (:meth:`_cut`)."""
         spark = self.spark
         assert self._task_snapshot is not None
         snapshot, load_lsn = self._task_snapshot, state.load_lsn
         keyless = multiset.keyless(spec)
         if keyless:
             properties = {}
-            if not self._slot_snapshot:  # a resumed load: at a cut of its own
-                snapshot, cut = locks.enter_context(self._cut(spec))
-                load_lsn = cut - 1
+            if cut is not None:
+                snapshot, load_lsn = cut[0], cut[1] - 1
                 properties[multiset.APPLIED_PROPERTY] = f"{load_lsn}/{_LAST_ORDINAL}"
             properties[multiset.LOADED_PROPERTY] = str(load_lsn)
             evolve(spark, path, spec, multiset.META_COLUMNS)
