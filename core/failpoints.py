@@ -27,6 +27,7 @@ POINTS: Final = (
 
 # the initial load's fail points; apart from POINTS, which the streaming crash test runs through
 LOAD_POINTS: Final = (
+    "before_load_history",  # the slot exists and the load's state names it, no catalog history
     "after_load_plan",  # the slot and the load's plan are stored, no read event written yet
     "after_snapshot_chunk",  # a chunk is durable in the sink and recorded done in the state file
     "before_lake_write",  # the lake load created a table's lake table, wrote none of its rows

@@ -95,6 +95,7 @@ from decoder.slot import (
     check_identity,
     check_wal_level,
     create_slot_exporting_snapshot,
+    drop_slot,
     ensure_publication,
     slot_info,
 )
@@ -260,6 +261,17 @@ class InitialLoad:
         with psycopg.connect(cfg.dsn, autocommit=True) as conn:
             check_wal_level(conn)
             slot = slot_info(conn, cfg.slot)
+            if state is not None:
+                self._check_resumable(state, slot)
+                if not state.attempts and self._history_missing(conn):
+                    # killed between the slot and its history: nothing was read or written
+                    # (the plan is stored before any read), and the definitions at the slot's
+                    # consistent point are gone with any DDL since: a slot made afresh
+                    log.warning("the initial load of slot %s was stopped before it started "
+                                "its catalog history; nothing was loaded: the slot is made "
+                                "again", cfg.slot)
+                    drop_slot(conn, cfg.slot)
+                    state = slot = None
             if state is None:
                 if slot is not None:
                     raise SlotExistsError(cfg.slot, self.store.path)
@@ -267,8 +279,6 @@ class InitialLoad:
                                    create=cfg.create_publication)
                 check_identity(conn, cfg.publication)
                 self._install_ddl_capture(conn)
-            else:
-                self._check_resumable(state, slot)
         if state is not None and state.status == COMPLETE:
             return LoadSummary(state, self.progress, resumed=False, complete=True)
         # worker processes start now: they import pgcdc and open their sinks while the slot
@@ -317,6 +327,19 @@ class InitialLoad:
             raise DataLossError(msg)
         if info.active_pid is not None:
             raise SlotInUseError(cfg.slot, info.active_pid)
+
+    def _history_missing(self, conn: Conn) -> bool:
+        """The stream's catalog history should begin at the slot's consistent point
+        (:meth:`_start_history`) and does not."""
+        cfg = self.config
+        if cfg.catalog_dir is None or not cfg.capture_ddl or not ddl.installed(conn):
+            return False
+        folder = HistoryFile(cfg.catalog_dir)
+        if not folder.holds_history():
+            return True
+        history = folder.load(read_only=True)
+        history.close()
+        return history.latest.version == 0
 
     def _check_no_keyless(self, tables: list[PublishedTable], *, planned: bool) -> None:
         """A resumed load cannot finish a table without a key exactly: it reads under a
@@ -378,6 +401,7 @@ class InitialLoad:
             raise
         try:  # the export lives until every reader imported it (ExportedSnapshot.release_export)
             begin_in_snapshot(snapshot.coordinator, exported.snapshot_name)
+            failpoints.hit("before_load_history")
             self._start_history(snapshot.coordinator, exported.consistent_point)
         except BaseException:
             snapshot.close()

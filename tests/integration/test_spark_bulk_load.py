@@ -297,6 +297,43 @@ def test_lake_load_of_a_keyless_table_resumed_after_writes(
     _assert_clone(pg_dsn, spark, lake, catalog, {"public.a", "public.k"})
 
 
+@pytest.mark.timeout(1200)
+def test_lake_load_killed_before_its_history_begins_again(
+        pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """Killed after it made the slot and stored its state, before the catalog history began:
+    the definitions at the slot's consistent point are gone with the DDL made since (the
+    stream stopped with "DDL happened without the pgcdc event trigger"), and nothing was read
+    yet, so the next run makes the slot again and loads under its snapshot."""
+    pg_conn.execute("CREATE TABLE k (a int, b text)")
+    pg_conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
+    pg_conn.execute("INSERT INTO k SELECT g % 3, 'x' FROM generate_series(1, 60) g")
+    pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+    pg_conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    tables = ["public.a", "public.k"]
+    lake = (tmp_path / "lake").as_uri()
+    crashed = _crashed_load(pg_dsn, tables, lake, tmp_path, topic_prefix, "before_load_history")
+    assert crashed["attempts"] == [] and not (tmp_path / "catalog" / "catalog.log").exists()
+
+    pg_conn.execute("UPDATE a SET v = 'before' WHERE id <= 5")
+    pg_conn.execute("ALTER TABLE a ADD COLUMN c int DEFAULT 5")
+    pg_conn.execute("ALTER TABLE a RENAME COLUMN v TO v2")
+    pg_conn.execute("INSERT INTO a VALUES (100, 'new', 1)")
+    pg_conn.execute("INSERT INTO k VALUES (1, 'x'), (1, 'x')")
+    pg_conn.execute("ALTER TABLE k ADD COLUMN c text DEFAULT 'd'")
+
+    assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
+                     topic_prefix=topic_prefix)
+    state = json.loads((tmp_path / "load.json").read_text())
+    assert state["status"] == "complete" and len(state["attempts"]) == 1
+    assert state["consistent_point"] > crashed["consistent_point"]  # a slot made again
+    pg_conn.execute("UPDATE a SET v2 = 'streamed' WHERE id BETWEEN 6 AND 8")
+    pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT min(ctid) FROM k WHERE a = 1)")
+    catalog = _stream_and_apply(pg_dsn, kafka_servers, topic_prefix, tables, pg_conn, tmp_path,
+                                spark, 0)
+    _assert_clone(pg_dsn, spark, lake, catalog, {"public.a", "public.k"})
+
+
 def marker_of(state: dict[str, Any], name: str) -> str:
     from loads.load_state import LoadState
 
