@@ -57,6 +57,7 @@ from decoder.slot import (
 from decoder.transfer import choose_binary
 from loads.incremental import PREFIX as WATERMARK_PREFIX
 from loads.incremental import IncrementalSnapshots
+from loads.load_state import COMPLETE, LoadStateStore
 from pgcdc.acknowledgement import HEARTBEAT_PREFIX, Acknowledger
 from pgcdc.memory import Trimmer
 from pgcdc.sink_watch import SinkWatch
@@ -171,6 +172,10 @@ class OriginUnsupportedError(TerminalError):
     """The origin option was asked of a server older than PostgreSQL 16."""
 
 
+class LoadUnfinishedError(TerminalError):
+    """The slot's initial load began and did not finish: streaming would move the slot on."""
+
+
 class ShutdownIncompleteError(TransientError):
     """Stopping, the sink did not make everything durable within the grace period: what it
     held was dropped, and the slot stays at the durable position (nothing is lost; the next
@@ -266,6 +271,8 @@ class Pipeline:
             checked_publication(conn, cfg.publication, cfg.tables,
                                 create=cfg.create_publication, capture_ddl=cfg.capture_ddl)
             existed = slot_info(conn, cfg.slot) is not None
+            if existed:
+                self._check_load_finished(identity)
             self._check_catalog_folder(existed)
             info = ensure_slot(conn, cfg.slot, create=cfg.create_slot, two_phase=cfg.two_phase)
             try:
@@ -319,6 +326,28 @@ class Pipeline:
                                                      cfg.load_state, cfg.incremental_state),
                                 drop_slot=False))
             raise CatalogError(msg)
+
+    def _check_load_finished(self, identity: tuple[str, str]) -> None:
+        """The slot's initial load, if its state file says one began, is complete (or was
+        handed to incremental snapshots): streaming would otherwise move the slot past the
+        snapshot the load reads under, and the rows of the tables it has not read would
+        never come."""
+        cfg = self.config
+        if cfg.load_state is None:
+            return
+        state = LoadStateStore(cfg.load_state).load()
+        if state is None or state.status == COMPLETE or state.slot != cfg.slot \
+                or (state.system_identifier, state.database) != identity:
+            return
+        done = sum(t.complete for t in state.tables.values())
+        msg = (f"the initial load of slot {cfg.slot!r} is unfinished ({cfg.load_state}: "
+               f"{done} of {len(state.tables)} tables complete): streaming now would move the "
+               "slot past the snapshot the load reads under, and the tables it has not read "
+               "would never be whole downstream. Finish the load first, as it was started "
+               "(`pgcdc snapshot`, `pgcdc snapshot --lake`, or `pgcdc run --initial-load`: "
+               "each resumes it), or hand the rest to incremental snapshots while streaming "
+               "(`pgcdc run --initial-load --incremental-snapshots`)")
+        raise LoadUnfinishedError(msg)
 
     def _start_builder(self, conn: psycopg.Connection[tuple[object, ...]], slot_existed: bool,
                        lsn: int) -> None:
