@@ -286,13 +286,7 @@ class Program:
         """``pgcdc run`` as a process, killed with -9 after a random while."""
         rng = self.rig.kills
         assert rng is not None
-        argv = [sys.executable, "-m", "pgcdc", "run", "--dsn", self.dsn, "--slot", self.slot,
-                "--sink", "kafka", "--bootstrap-servers", self.rig.kafka,
-                "--topic-prefix", self.prefix, "--progress-file",
-                str(self.home / "progress.json"), "--catalog-dir", str(self.home / "catalog"),
-                "--incremental-snapshots", "--incremental-state",
-                str(self.home / "incremental.json"), *_ENCODING_FLAGS[self.encoding]]
-        process, log = self._spawn(argv)
+        process, log = self.start_run()
         time.sleep(rng.uniform(0.3, 4.0))
         if process.poll() is not None:
             msg = f"pgcdc run exited {process.returncode} before the kill:\n{_tail(log)}"
@@ -300,6 +294,17 @@ class Program:
         process.send_signal(signal.SIGKILL)
         process.communicate(timeout=30)
         self.rig.killed += 1
+
+    def start_run(self) -> tuple[subprocess.Popen[bytes], Path]:
+        """``pgcdc run`` as a process of its own, streaming the program's slot into its
+        topics in its encoding; its stderr's file."""
+        argv = [sys.executable, "-m", "pgcdc", "run", "--dsn", self.dsn, "--slot", self.slot,
+                "--sink", "kafka", "--bootstrap-servers", self.rig.kafka,
+                "--topic-prefix", self.prefix, "--progress-file",
+                str(self.home / "progress.json"), "--catalog-dir", str(self.home / "catalog"),
+                "--incremental-snapshots", "--incremental-state",
+                str(self.home / "incremental.json"), *_ENCODING_FLAGS[self.encoding]]
+        return self._spawn(argv)
 
     def apply(self) -> None:
         """``pgcdc spark --available-now``, in this process's Spark session (in the bench,

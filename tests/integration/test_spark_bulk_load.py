@@ -87,6 +87,26 @@ def _crashed_load(dsn: str, tables: list[str], lake: str, tmp_path: Path, prefix
     return json.loads((tmp_path / "load.json").read_text())
 
 
+def _keyless_and_keyed(conn: Conn) -> list[str]:
+    """A keyless table ``k`` of 60 rows (duplicates among them) and a keyed ``a`` of 50."""
+    conn.execute("CREATE TABLE k (a int, b text)")
+    conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
+    conn.execute("INSERT INTO k SELECT g % 3, 'x' FROM generate_series(1, 60) g")
+    conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+    conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    return ["public.a", "public.k"]
+
+
+def _loaded(dsn: str, tmp_path: Path, tables: list[str], lake: str, spark: Any, prefix: str, *,
+            attempts: int) -> Any:
+    """The lake load run (or resumed) to its end in this process: its state, ``attempts``
+    snapshots taken in all."""
+    assert load_lake(_config(dsn, tmp_path, tables), lake, spark=spark, topic_prefix=prefix)
+    state = json.loads((tmp_path / "load.json").read_text())
+    assert state["status"] == "complete" and len(state["attempts"]) == attempts
+    return state
+
+
 def _assert_clone(dsn: str, spark: Any, lake: str, catalog: Any, names: set[str]) -> None:
     specs = [s for s in catalog.known_tables() if s.qualified_name in names]
     assert len(specs) == len(names)
@@ -112,10 +132,7 @@ def test_lake_load_then_stream(pg_conn: Conn, pg_dsn: str, kafka_servers: str,
     tables = ["public.everything", "public.everything_k", "public.t", "public.k"]
     lake = (tmp_path / "lake").as_uri()
 
-    assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
-                     topic_prefix=topic_prefix)
-    state = json.loads((tmp_path / "load.json").read_text())
-    assert state["status"] == "complete" and len(state["attempts"]) == 1
+    state = _loaded(pg_dsn, tmp_path, tables, lake, spark, topic_prefix, attempts=1)
     assert sum(len(t["chunks"]) for t in state["tables"].values()) > len(tables)  # chunked
     load_lsn = state["consistent_point"] - 1
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the slot waits at its snapshot
@@ -213,10 +230,7 @@ def test_lake_load_killed_between_tables_resumes(
     pg_conn.execute("ALTER TABLE b DROP COLUMN v")
     pg_conn.execute("INSERT INTO b VALUES (3000, 7)")
 
-    assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
-                     topic_prefix=topic_prefix)
-    state = json.loads((tmp_path / "load.json").read_text())
-    assert state["status"] == "complete" and len(state["attempts"]) == 2
+    state = _loaded(pg_dsn, tmp_path, tables, lake, spark, topic_prefix, attempts=2)
     a_writes = spark.sql(f"DESCRIBE HISTORY delta.`{lake}/public.a`").where(
         f"userMetadata = '{marker_of(state, 'a')}'").count()
     assert a_writes == 1  # found, not written again
@@ -239,12 +253,7 @@ def test_lake_load_of_a_keyless_table_resumed_after_writes(
     table at a cut of its own, under a SHARE lock, while a writer keeps inserting; the
     stream's changes before the cut are left out, the later ones counted: the lake equals
     the source."""
-    pg_conn.execute("CREATE TABLE k (a int, b text)")
-    pg_conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
-    pg_conn.execute("INSERT INTO k SELECT g % 3, 'x' FROM generate_series(1, 60) g")
-    pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
-    pg_conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
-    tables = ["public.a", "public.k"]
+    tables = _keyless_and_keyed(pg_conn)
     lake = (tmp_path / "lake").as_uri()
     state = _crashed_load(pg_dsn, tables, lake, tmp_path, topic_prefix, "before_lake_write:1")
     assert len(state["attempts"]) == 1 and not any(t["complete"]
@@ -305,12 +314,7 @@ def test_lake_load_killed_before_its_history_begins_again(
     the definitions at the slot's consistent point are gone with the DDL made since (the
     stream stopped with "DDL happened without the pgcdc event trigger"), and nothing was read
     yet, so the next run makes the slot again and loads under its snapshot."""
-    pg_conn.execute("CREATE TABLE k (a int, b text)")
-    pg_conn.execute("ALTER TABLE k REPLICA IDENTITY FULL")
-    pg_conn.execute("INSERT INTO k SELECT g % 3, 'x' FROM generate_series(1, 60) g")
-    pg_conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
-    pg_conn.execute("INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 50) g")
-    tables = ["public.a", "public.k"]
+    tables = _keyless_and_keyed(pg_conn)
     lake = (tmp_path / "lake").as_uri()
     crashed = _crashed_load(pg_dsn, tables, lake, tmp_path, topic_prefix, "before_load_history")
     assert crashed["attempts"] == [] and not (tmp_path / "catalog" / "catalog.log").exists()
@@ -322,10 +326,7 @@ def test_lake_load_killed_before_its_history_begins_again(
     pg_conn.execute("INSERT INTO k VALUES (1, 'x'), (1, 'x')")
     pg_conn.execute("ALTER TABLE k ADD COLUMN c text DEFAULT 'd'")
 
-    assert load_lake(_config(pg_dsn, tmp_path, tables), lake, spark=spark,
-                     topic_prefix=topic_prefix)
-    state = json.loads((tmp_path / "load.json").read_text())
-    assert state["status"] == "complete" and len(state["attempts"]) == 1
+    state = _loaded(pg_dsn, tmp_path, tables, lake, spark, topic_prefix, attempts=1)
     assert state["consistent_point"] > crashed["consistent_point"]  # a slot made again
     pg_conn.execute("UPDATE a SET v2 = 'streamed' WHERE id BETWEEN 6 AND 8")
     pg_conn.execute("DELETE FROM k WHERE ctid = (SELECT min(ctid) FROM k WHERE a = 1)")
