@@ -12,7 +12,10 @@ process, from the progress, catalog history and incremental state the killed one
 the applies (``--driver-kills`` sets the share) first start ``pgcdc spark --available-now``
 as a process (40 offsets a micro-batch) and kill it with -9 after 8 to 45 s (Spark's start
 included: before its first batch, between two, or inside one); the apply in this process
-then goes on from its checkpoint.
+then goes on from its checkpoint.  With ``--pg-crashes SHARE``, that share of the killed
+``pgcdc run`` processes first see PostgreSQL crash under them (``pg_ctl stop -m immediate``,
+started again at once: the slot may come back behind what pgcdc confirmed, and the stream
+replays), and must reconnect.
 
 From the repository root::
 
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             rig = Rig(server, broker.bootstrap_servers, spark, Path(tmp),
                       kills=None if args.no_kills else random.Random(args.seed),
-                      driver_kill_rate=args.driver_kills)
+                      driver_kill_rate=args.driver_kills, crash_rate=args.pg_crashes)
             bound = machine(rig)
             last: list[LakeModel] = []
             ran: list[int] = []  # each program run: its statements (a failure ends a batch)
@@ -119,13 +122,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     log.error("programs %d-%d (seed %d, %s) failed: %s", batch, batch + count - 1,
                               seed, rig.encoding, str(exc).splitlines()[0][:300])
                 log.info("%d programs run (%d asked), %d kills, %d driver kills, %d lake load "
-                         "kills, %d failures", len(ran), batch + count, rig.killed,
-                         rig.driver_kills, rig.load_kills, len(failures))
+                         "kills, %d PostgreSQL crashes, %d failures", len(ran), batch + count,
+                         rig.killed, rig.driver_kills, rig.load_kills, rig.crashes,
+                         len(failures))
         finally:
             spark.stop()
     return {"programs": len(ran), "asked": args.programs, "steps": args.steps,
             "statements": sum(ran), "seed": args.seed, "kills": rig.killed,
             "driver_kills": rig.driver_kills, "load_kills": rig.load_kills,
+            "pg_crashes": rig.crashes,
             "encodings": encodings,
             "failures": failures,
             "seconds": round(time.monotonic() - started, 1)}
@@ -161,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-kills", type=float, default=0.5, metavar="SHARE",
                         help="share of applies that first start `pgcdc spark` and kill it "
                              "with -9 (0.5); each costs a driver's start")
+    parser.add_argument("--pg-crashes", type=float, default=0.0, metavar="SHARE",
+                        help="share of the killed `pgcdc run` processes during which "
+                             "PostgreSQL crashes (pg_ctl stop -m immediate, started again; 0)")
     parser.add_argument("--encodings", type=_encodings, default=ENCODINGS,
                         metavar="E,E", help="how captures encode values, a batch each in "
                         f"turn: {', '.join(ENCODINGS)} (all)")

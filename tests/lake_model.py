@@ -128,6 +128,10 @@ class Rig:
     killed: int = 0  # ``pgcdc run`` processes killed
     load_kills: int = 0  # ``pgcdc snapshot --lake`` processes killed
     driver_kills: int = 0  # ``pgcdc spark`` processes killed
+    # with kills: the share of ``pgcdc run`` processes during which PostgreSQL crashes (the
+    # bench's own server: a crash ends every session of the cluster)
+    crash_rate: float = 0.0
+    crashes: int = 0  # PostgreSQL crashes
 
 
 @dataclass
@@ -288,12 +292,24 @@ class Program:
         assert rng is not None
         process, log = self.start_run()
         time.sleep(rng.uniform(0.3, 4.0))
+        if self.rig.crash_rate and rng.random() < self.rig.crash_rate:
+            self.crash_server()  # while pgcdc streams: it reconnects once the server is back
+            time.sleep(rng.uniform(0.5, 4.0))
         if process.poll() is not None:
             msg = f"pgcdc run exited {process.returncode} before the kill:\n{_tail(log)}"
             raise AssertionError(msg)
         process.send_signal(signal.SIGKILL)
         process.communicate(timeout=30)
         self.rig.killed += 1
+
+    def crash_server(self) -> None:
+        """``pg_ctl stop -m immediate`` (no shutdown checkpoint: the slot may come back
+        behind what pgcdc confirmed), started again; the program's connection made again."""
+        self.rig.server.stop("immediate")
+        self.rig.server.start()
+        self.rig.crashes += 1
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
+        self._exit.callback(self.conn.close)
 
     def start_run(self) -> tuple[subprocess.Popen[bytes], Path]:
         """``pgcdc run`` as a process of its own, streaming the program's slot into its
