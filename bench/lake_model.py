@@ -82,14 +82,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 last[:] = [self]
                 ran.append(sum(not s.startswith("-- ") for s in self.program.statements))
                 encodings[self.program.encoding] = encodings.get(self.program.encoding, 0) + 1
-                try:
-                    original(self)
-                except BaseException:
+                def keep() -> None:
                     if not failed:  # not a replay's: hypothesis may not reproduce it
                         failed.append(list(self.program.statements))
                         if args.keep is not None:  # its state, catalog, lake, processes' logs
                             shutil.copytree(self.program.home, args.keep / self.program.slot,
                                             dirs_exist_ok=True)
+
+                if sys.exc_info()[0] is not None:  # a step failed (the teardown checks nothing)
+                    keep()
+                try:
+                    original(self)
+                except BaseException:
+                    keep()
                     raise
 
             bound.teardown = teardown  # type: ignore[method-assign]

@@ -618,8 +618,11 @@ class Pipeline:
         return {}
 
     def _reset_in_progress(self) -> None:
+        """Before a reconnect: the next session starts at the durable position, so what was
+        decoded past it comes again, DDL the history already holds included."""
         self._acks.reset()
         self.builder.rollback()
+        self.builder.replay_from(self._acks.flushed)
         self.reorder.reset()
 
     # --- messages -------------------------------------------------------------------------

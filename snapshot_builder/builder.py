@@ -181,11 +181,8 @@ class SnapshotBuilder:
         stored progress when crash recovery moved the slot behind it).  Transactions
         after it whose catalog changes were already persisted come again; they decode
         with the catalog as it was at their place, not with the latest."""
-        if lsn is not None and lsn < self.history.latest.lsn:
-            self._view = self.history.catalog_at(lsn)  # an error if compacted past it
-            log.info("resuming at %X/%X, below catalog version %d: catalog version %d until "
-                     "the stream catches up", lsn >> 32, lsn & 0xFFFFFFFF,
-                     self.history.latest.version, self._view.version)
+        if lsn is not None:
+            self.replay_from(lsn)
         saved = self.history.file.load_state() if self.history.file is not None else None
         if saved is not None and saved.get("state") == BuilderState.FULL_SNAPSHOT.value \
                 and saved.get("running_at_attach"):
@@ -196,6 +193,17 @@ class SnapshotBuilder:
             self._set_state(BuilderState.FULL_SNAPSHOT)
             return
         self._set_state(BuilderState.CONSISTENT)
+
+    def replay_from(self, lsn: int) -> None:
+        """The stream starts again at ``lsn`` (a restart, or a reconnect from the durable
+        position): transactions after it whose catalog changes the history already holds
+        come again, and decode with the catalog as it was at their place until the stream
+        passes the latest version."""
+        if lsn < self.history.latest.lsn:
+            self._view = self.history.catalog_at(lsn)  # an error if compacted past it
+            log.info("streaming from %X/%X, below catalog version %d: catalog version %d "
+                     "until the stream catches up", lsn >> 32, lsn & 0xFFFFFFFF,
+                     self.history.latest.version, self._view.version)
 
     def attach(self, baseline: Sequence[Change], lsn: int, running: frozenset[int], *,
                xmax: int = 0) -> None:

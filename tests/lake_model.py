@@ -310,6 +310,9 @@ class Program:
         self.rig.crashes += 1
         self.conn = psycopg.connect(self.dsn, autocommit=True)
         self._exit.callback(self.conn.close)
+        for statement in self.statements:  # the session's settings (the search path) again
+            if statement.upper().startswith("SET "):
+                self.conn.execute(statement.encode())
 
     def start_run(self) -> tuple[subprocess.Popen[bytes], Path]:
         """``pgcdc run`` as a process of its own, streaming the program's slot into its
