@@ -105,10 +105,13 @@ def test_column_added_after_the_initial_load_reaches_the_lake(
 
 
 def _publication(conn: Conn, kind: str) -> list[str] | None:
-    """The publication pgcdc streams: FOR ALL TABLES (pgcdc creates it without --tables), or
-    FOR TABLES IN SCHEMA public (created here)."""
+    """The publication pgcdc streams: FOR ALL TABLES (pgcdc creates it without --tables),
+    FOR TABLES IN SCHEMA public (created here), or a list of tables (``--tables``: pgcdc
+    creates it, and follows a listed table dropped and created again into it)."""
     if kind == "schema":
         conn.execute("CREATE PUBLICATION pgcdc FOR TABLES IN SCHEMA public")
+    if kind == "list":
+        return [QUOTED.as_string(conn), "public.gone", "public.stays"]
     return None
 
 
@@ -155,7 +158,7 @@ def _check_lake(spark: Any, conn_dsn: str, catalog: Any, lake: str) -> None:
     assert {r["key"]: r["value"] for r in props}["pgcdc.oid"] == str(weird.oid)
 
 
-@pytest.mark.parametrize("publication", ["all", "schema"])
+@pytest.mark.parametrize("publication", ["all", "schema", "list"])
 def test_dropped_and_recreated_table_in_one_batch(
         pg_conn: Conn, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
         tmp_path: Path, publication: str) -> None:
