@@ -94,7 +94,7 @@ def test_the_lake_equals_the_source_through_postgres_crashes(program: Program) -
             "DELETE FROM k WHERE ctid = (SELECT min(ctid) FROM k WHERE n = 1)",
             "INSERT INTO k VALUES (3, 'x', NULL), (3, 'x', NULL)")
         _caught_up(program, process, log)
-        program.run("INSERT INTO t SELECT g, 'burst', 0 FROM generate_series(100, 3000) g",
+        program.run("INSERT INTO t SELECT g, 'burst', 0 FROM generate_series(100, 1500) g",
                     "ALTER TABLE t ADD COLUMN d text DEFAULT 'd'")
         _crash(program)  # while pgcdc streams the burst
         program.run("UPDATE t SET d = 'e' WHERE id % 7 = 0", "TRUNCATE k",
