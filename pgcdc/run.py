@@ -92,7 +92,8 @@ def run_command(settings: Settings, args: argparse.Namespace) -> int:
         signal.signal(sig, stopping)
     status_line = None
     try:
-        pipeline.prepare()
+        if not _prepare(pipeline, settings, stop):
+            return 0  # stopped while PostgreSQL was away: nothing was read
         status_line = _status_line(pipeline, settings.log.format)
         if args.exit_when_caught_up:
             with psycopg.connect(settings.source.conninfo(), autocommit=True) as conn:
@@ -110,6 +111,39 @@ def run_command(settings: Settings, args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     return 0
+
+
+def _prepare(pipeline: Pipeline, settings: Settings, stop: threading.Event) -> bool:
+    """``pipeline.prepare()``, started again while PostgreSQL goes away under it (a crash or
+    a restart between the first connection and the stream), with the backoff of a lost
+    connection and up to ``--max-retries`` failures in a row; False when stopped meanwhile.
+    What a person has to fix (:func:`pgcdc.startup.unreachable` says which) is raised."""
+    from decoder.errors import ConnectionLostError
+    from pgcdc.pipeline import retry_delay
+    from pgcdc.startup import unreachable
+
+    service = settings.service
+    failures = 0
+    while True:
+        try:
+            pipeline.prepare()
+            return True
+        except (psycopg.OperationalError, ConnectionLostError) as exc:
+            cause = exc.__cause__ if isinstance(exc, ConnectionLostError) else exc
+            if not (isinstance(cause, psycopg.OperationalError) and unreachable(cause)):
+                raise
+            failures += 1
+            if service.max_retries and failures > service.max_retries:
+                log.error("giving up after %d failures in a row (--max-retries %d)", failures,
+                          service.max_retries)
+                raise
+            delay = retry_delay(failures, service.retry_max_delay)
+            log.warning("PostgreSQL went away while pgcdc started: %s; starting again in "
+                        "%.1f s (attempt %d%s)", " ".join(str(exc).split()), delay, failures,
+                        f" of {service.max_retries}" if service.max_retries
+                        else ", retrying until stopped")
+            if stop.wait(delay):
+                return False
 
 
 def _status_line(pipeline: Pipeline, log_format: str) -> StatusLine | None:
