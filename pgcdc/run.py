@@ -18,6 +18,7 @@ from pgcdc.config import redact_dsn
 from pgcdc.exit_codes import EXIT_TRANSIENT
 from pgcdc.sink_factory import build_sink
 from pgcdc.snapshot import initial_load, preflight
+from pgcdc.startup import unreachable
 from pgcdc.state_paths import slot_paths, state_files
 
 if TYPE_CHECKING:
@@ -41,9 +42,17 @@ def run_command(settings: Settings, args: argparse.Namespace) -> int:
     log.info("streaming slot %s from %s", settings.source.slot,
              redact_dsn(settings.source.conninfo()))
     until_lsn = parse_lsn(args.until_lsn) if args.until_lsn else None  # checked before starting
-    if not _reach_server(settings):
-        return 0  # stopped before the server could be reached: nothing was read
-    preflight(settings)
+    while True:
+        if not _reach_server(settings):
+            return 0  # stopped before the server could be reached: nothing was read
+        try:
+            preflight(settings)
+            break
+        except psycopg.OperationalError as exc:  # gone again (a crash, a restart): wait
+            if not unreachable(exc):
+                raise
+            log.warning("PostgreSQL went away while pgcdc started: %s; waiting for it",
+                        " ".join(str(exc).split()))
     sink = build_sink(settings)
     progress_file, catalog_dir, _ = slot_paths(settings)
     incremental = _incremental(settings, sink)
@@ -120,7 +129,6 @@ def _prepare(pipeline: Pipeline, settings: Settings, stop: threading.Event) -> b
     What a person has to fix (:func:`pgcdc.startup.unreachable` says which) is raised."""
     from decoder.errors import ConnectionLostError
     from pgcdc.pipeline import retry_delay
-    from pgcdc.startup import unreachable
 
     service = settings.service
     failures = 0
