@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -14,7 +13,7 @@ from pgcdc.pipeline import Pipeline, PipelineConfig, ShutdownIncompleteError
 from snapshot_builder.builder import BuilderState, CatalogMismatchError
 from snapshot_builder.history import CatalogError, PutTable
 from tests.recording_sink import RecordingSink
-from tests.running import run_held
+from tests.running import run_held, running, wait
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -382,8 +381,6 @@ def test_ddl_sent_again_after_a_reconnect_before_the_flush(pg_conn: Conn, pg_dsn
     their versions persisted, none durable in the sink; the pipeline reconnects from the
     durable position and decodes what comes again with the catalog of its place (it stopped
     with "DDL happened without the pgcdc event trigger", exit 3)."""
-    import threading
-    import time
 
     pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
     held = RecordingSink(hold=True)
@@ -393,33 +390,15 @@ def test_ddl_sent_again_after_a_reconnect_before_the_flush(pg_conn: Conn, pg_dsn
     pg_conn.execute("ALTER TABLE t ADD COLUMN b int")
     pg_conn.execute("INSERT INTO t VALUES (2, 2, 2)")
     target = current_wal_lsn(pg_conn)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pipeline.run(until_lsn=target)
-        except BaseException as exc:
-            failure.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-
-    def wait(condition: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 60
-        while not condition():
-            assert not failure, failure
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-
-    wait(lambda: len(held.events) == 2)
-    versions = pipeline.builder.history.latest.version
-    killed = pg_conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                             "WHERE slot_name = 'pgcdc'").fetchall()
-    assert killed == [(True,)]
-    wait(lambda: len(held.events) == 4)  # both sent again, on the new connection
-    held.release()
-    runner.join(timeout=60)
-    assert not runner.is_alive() and not failure, failure
+    with running(pipeline):
+        wait(lambda: len(held.events) == 2, what="both changes")
+        versions = pipeline.builder.history.latest.version
+        killed = pg_conn.execute("SELECT pg_terminate_backend(active_pid) FROM "
+                                 "pg_replication_slots WHERE slot_name = 'pgcdc'").fetchall()
+        assert killed == [(True,)]
+        wait(lambda: len(held.events) == 4, what="both sent again, on the new connection")
+        held.release()
+        wait(lambda: pipeline.progress.durable_lsn >= target, what="the stream durable")
     assert pipeline.progress.reconnects == 1
     assert [_cols(e) for e in held.events] == [["id", "a"], ["id", "a", "b"]] * 2
     assert [e.table.version for e in held.events[2:]] == [e.table.version
