@@ -328,11 +328,16 @@ class InitialLoad:
         if info.active_pid is not None:
             raise SlotInUseError(cfg.slot, info.active_pid)
 
+    def _keeps_history(self, conn: Conn) -> bool:
+        """Whether the load starts the stream's catalog history (:meth:`_start_history`)."""
+        cfg = self.config
+        return cfg.catalog_dir is not None and cfg.capture_ddl and ddl.installed(conn)
+
     def _history_missing(self, conn: Conn) -> bool:
         """The stream's catalog history should begin at the slot's consistent point
         (:meth:`_start_history`) and does not."""
         cfg = self.config
-        if cfg.catalog_dir is None or not cfg.capture_ddl or not ddl.installed(conn):
+        if cfg.catalog_dir is None or not self._keeps_history(conn):
             return False
         folder = HistoryFile(cfg.catalog_dir)
         if not folder.holds_history():
@@ -414,7 +419,7 @@ class InitialLoad:
         resumes this history; a DDL committed after the snapshot then arrives through the
         slot as a change of it, not as a surprise against today's definitions."""
         cfg = self.config
-        if cfg.catalog_dir is None or not cfg.capture_ddl or not ddl.installed(coordinator):
+        if cfg.catalog_dir is None or not self._keeps_history(coordinator):
             return
         history = HistoryFile(cfg.catalog_dir).load()
         if history.latest.version == 0:

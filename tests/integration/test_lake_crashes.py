@@ -35,13 +35,6 @@ def program(own_pg_server: PostgresServer, kafka_servers: str, spark: Any,
     program.close()
 
 
-def _crash(program: Program) -> None:
-    """``pg_ctl stop -m immediate``, started again; the program's connection made again."""
-    program.rig.server.stop("immediate")
-    program.rig.server.start()
-    program.conn = psycopg.connect(program.dsn, autocommit=True)
-
-
 def _caught_up(program: Program, process: Any, log: Path, timeout: float = 180) -> None:
     """Wait until ``pgcdc run`` confirmed everything written so far (it reconnected)."""
     target = current_wal_lsn(program.conn)
@@ -83,7 +76,7 @@ def test_the_lake_equals_the_source_through_postgres_crashes(program: Program) -
         open_ddl.execute("ALTER TABLE t ADD COLUMN lost int")
         open_ddl.execute("INSERT INTO t VALUES (1000, 1, 'lost', 1, 1)")
         time.sleep(2)  # pgcdc streams what committed meanwhile
-        _crash(program)
+        program.crash_server()
         with contextlib.suppress(psycopg.Error):
             open_ddl.close()
         program.run(
@@ -96,7 +89,7 @@ def test_the_lake_equals_the_source_through_postgres_crashes(program: Program) -
         _caught_up(program, process, log)
         program.run("INSERT INTO t SELECT g, 'burst', 0 FROM generate_series(100, 1500) g",
                     "ALTER TABLE t ADD COLUMN d text DEFAULT 'd'")
-        _crash(program)  # while pgcdc streams the burst
+        program.crash_server()  # while pgcdc streams the burst
         program.run("UPDATE t SET d = 'e' WHERE id % 7 = 0", "TRUNCATE k",
                     "INSERT INTO k VALUES (5, 'z', 5)")
         _caught_up(program, process, log)
