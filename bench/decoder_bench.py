@@ -534,7 +534,12 @@ def run_worker(args: argparse.Namespace) -> int:
             if "value_format" not in inspect.signature(KafkaSink).parameters:
                 print("this KafkaSink has no value_format option", file=sys.stderr)
                 return 2
-            options["value_format"] = args.kafka_format
+            options["value_format"] = "json" if args.kafka_format == "debezium-json" \
+                else args.kafka_format
+            if args.kafka_format == "debezium-json":  # --format json's default encoding
+                from sinks.debezium_json import JsonOptions
+
+                options["json_options"] = JsonOptions()
         if args.kafka_config:  # librdkafka properties over the sink's own (strings)
             options["producer_config"] = dict(kv.split("=", 1) for kv in args.kafka_config)
         sink: Any = KafkaSink(args.bootstrap_servers, **options)
@@ -819,8 +824,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--protocol", choices=["1", "native"], default="1",
                         help="pgoutput options of every consumer: proto_version=1 (default) "
                              "or what pgcdc negotiates by itself")
-    parser.add_argument("--kafka-format", choices=["avro", "json"],
-                        help="value format of the Kafka sink in (c) (default: the sink's own)")
+    parser.add_argument("--kafka-format", choices=["avro", "json", "debezium-json"],
+                        help="value format of the Kafka sink in (c) (default: the sink's own); "
+                             "json is pgcdc's own JSON (what pgcdc spark reads), "
+                             "debezium-json Debezium's (pgcdc run --format json's default)")
     parser.add_argument("--kafka-config", action="append", metavar="KEY=VALUE",
                         help="a librdkafka producer property for (c) over the sink's own, "
                              "e.g. linger.ms=20 (repeatable)")

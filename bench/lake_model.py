@@ -15,7 +15,9 @@ included: before its first batch, between two, or inside one); the apply in this
 then goes on from its checkpoint.  With ``--pg-crashes SHARE``, that share of the killed
 ``pgcdc run`` processes first see PostgreSQL crash under them (``pg_ctl stop -m immediate``,
 started again at once: the slot may come back behind what pgcdc confirmed, and the stream
-replays), and must reconnect.
+replays), and must reconnect; and that share of the lake loads see it crash under them
+instead of being killed, and must stop by themselves (a transient error, exit 4) for the
+next run to resume.
 
 From the repository root::
 
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                              "with -9 (0.5); each costs a driver's start")
     parser.add_argument("--pg-crashes", type=float, default=0.0, metavar="SHARE",
                         help="share of the killed `pgcdc run` processes during which "
-                             "PostgreSQL crashes (pg_ctl stop -m immediate, started again; 0)")
+                             "PostgreSQL crashes (pg_ctl stop -m immediate, started again; 0), "
+                             "and of the lake loads it crashes under instead of a kill")
     parser.add_argument("--encodings", type=_encodings, default=ENCODINGS,
                         metavar="E,E", help="how captures encode values, a batch each in "
                         f"turn: {', '.join(ENCODINGS)} (all)")

@@ -4,12 +4,19 @@
 process exit hard with :data:`EXIT_CODE` at that point, through ``os._exit``: no
 cleanup, no flush, exactly like a crash.  Unset, :func:`hit` costs one test of
 an empty tuple.
+
+With ``PGCDC_FAIL_PAUSE=<file>`` as well, the process does not exit there: it creates
+``<file>`` and waits until the file is gone, then goes on, so that a test can make
+something happen around it at that very point (crash its server) and see what the process
+does next.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Final
 
 EXIT_CODE: Final = 77
@@ -46,16 +53,25 @@ def _parse(spec: str) -> tuple[str, int] | None:
 
 
 _ACTIVE = _parse(os.environ.get("PGCDC_FAIL_POINT", ""))
+_PAUSE = os.environ.get("PGCDC_FAIL_PAUSE", "")
 _hits = 0
 
 
 def hit(name: str) -> None:
-    """Exit hard here if this fail point is armed (and reached its count)."""
+    """Exit hard here if this fail point is armed (and reached its count); or, with a pause
+    file, wait here until the test removes it."""
     global _hits
     if _ACTIVE is None or _ACTIVE[0] != name:
         return
     _hits += 1
-    if _hits >= _ACTIVE[1]:
+    if _hits == _ACTIVE[1] and _PAUSE:
+        sys.stderr.write(f"pgcdc: fail point {name} reached, paused while {_PAUSE} exists\n")
+        sys.stderr.flush()
+        Path(_PAUSE).touch()
+        while Path(_PAUSE).exists():
+            time.sleep(0.05)
+        return
+    if _hits >= _ACTIVE[1] and not _PAUSE:
         sys.stderr.write(f"pgcdc: fail point {name} reached, exiting\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)

@@ -52,6 +52,7 @@ from decoder.slot import current_wal_lsn, ensure_publication
 from loads.incremental import IncrementalSnapshots
 from loads.initial_load import LoadConfig
 from pgcdc.clone import compare
+from pgcdc.exit_codes import EXIT_TRANSIENT
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.postgres import PostgresServer
 from sinks.avro_logical import LogicalTypes
@@ -128,8 +129,9 @@ class Rig:
     killed: int = 0  # ``pgcdc run`` processes killed
     load_kills: int = 0  # ``pgcdc snapshot --lake`` processes killed
     driver_kills: int = 0  # ``pgcdc spark`` processes killed
-    # with kills: the share of ``pgcdc run`` processes during which PostgreSQL crashes (the
-    # bench's own server: a crash ends every session of the cluster)
+    # with kills: the share of ``pgcdc run`` processes during which PostgreSQL crashes, and of
+    # the lake loads it crashes under instead of a kill (the bench's own server: a crash
+    # ends every session of the cluster)
     crash_rate: float = 0.0
     crashes: int = 0  # PostgreSQL crashes
 
@@ -349,7 +351,10 @@ class Program:
             argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", self.dsn, "--slot",
                     self.slot, "--lake", self.lake, "--topic-prefix", self.prefix,
                     "--chunk-pages", "1", "--readers", "1", *paths]
-            if self._killed(argv, self.rig.kills.uniform(3.0, 40.0), "pgcdc snapshot --lake"):
+            after = self.rig.kills.uniform(3.0, 40.0)
+            if self.rig.crash_rate and self.rig.kills.random() < self.rig.crash_rate:
+                self._crashed_under(argv, after, "pgcdc snapshot --lake")
+            elif self._killed(argv, after, "pgcdc snapshot --lake"):
                 self.rig.load_kills += 1
         config = LoadConfig(self.dsn, state, slot=self.slot, chunk_pages=1, readers=2,
                             progress_file=self.home / "progress.json",
@@ -371,6 +376,26 @@ class Program:
             msg = f"{what} exited {process.returncode} before the kill:\n{_tail(log)}"
             raise AssertionError(msg)
         return False
+
+    def _crashed_under(self, argv: list[str], after: float, what: str) -> None:
+        """Run ``argv``, and crash PostgreSQL under it after ``after`` seconds unless it ended
+        first; it must then end by itself, with a transient error (the exit code that says
+        to run it again) or having finished."""
+        process, log = self._spawn(argv)
+        try:
+            process.communicate(timeout=after)
+        except subprocess.TimeoutExpired:
+            self.crash_server()
+            try:
+                process.communicate(timeout=self.rig.timeout)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+                process.communicate(timeout=60)
+                msg = f"{what} did not end after PostgreSQL crashed under it:\n{_tail(log)}"
+                raise AssertionError(msg) from None
+        if process.returncode not in (0, EXIT_TRANSIENT):
+            msg = f"{what} exited {process.returncode}:\n{_tail(log)}"
+            raise AssertionError(msg)
 
     def _spawn(self, argv: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
         """A pgcdc process; its stderr goes to a file of the program's folder (numbered in
