@@ -197,6 +197,33 @@ def retry_delay(attempt: int, cap: float) -> float:
     return min(cap, 0.5 * 2.0 ** min(attempt - 1, 30))
 
 
+@dataclass
+class Backoff:
+    """Failures in a row of something pgcdc tries again (a connection, its start, a session)
+    and the wait before the next try: :func:`retry_delay`, up to ``max_retries`` failures in
+    a row (``--max-retries``; 0: no limit)."""
+
+    max_retries: int
+    max_delay: float
+    failures: int = 0
+
+    def failed(self) -> float | None:
+        """One more failure: the seconds to wait before the next try, or None (logged) when
+        it is one too many and the caller gives up."""
+        self.failures += 1
+        if self.max_retries and self.failures > self.max_retries:
+            log.error("giving up after %d failures in a row (--max-retries %d)", self.failures,
+                      self.max_retries)
+            return None
+        return retry_delay(self.failures, self.max_delay)
+
+    @property
+    def attempt(self) -> str:
+        """``attempt 3 of 5``, or ``attempt 3, retrying until stopped``: for the log."""
+        limit = f" of {self.max_retries}" if self.max_retries else ", retrying until stopped"
+        return f"attempt {self.failures}{limit}"
+
+
 def protocol_for(server_version: int) -> int:
     """The highest pgoutput protocol version a server supports."""
     if server_version >= 160000:
@@ -451,9 +478,8 @@ class Pipeline:
 
     def _run(self, stop: threading.Event, until_lsn: int | None,
              on_progress: Callable[[Progress], None] | None) -> Progress:
-        failures = 0
+        backoff = Backoff(self.config.max_retries, self.config.retry_max_delay)
         durable_at_failure = -1
-        limit = self.config.max_retries
         while True:
             try:
                 self._session(stop, until_lsn, on_progress)
@@ -465,17 +491,15 @@ class Pipeline:
                     failed = max(1, self.sink.in_flight())
                     self.sink.reset()
                 # count failures in a row: progress since the last one starts over
-                failures = 1 if self._acks.flushed > durable_at_failure else failures + 1
+                if self._acks.flushed > durable_at_failure:
+                    backoff.failures = 0
                 durable_at_failure = self._acks.flushed
-                if limit and failures > limit:
-                    log.error("giving up after %d failures in a row (--max-retries %d)",
-                              failures, limit)
+                delay = backoff.failed()
+                if delay is None:
                     raise
-                delay = retry_delay(failures, self.config.retry_max_delay)
                 if not stop.is_set():
-                    log.warning("%s; reconnecting in %.1f s (attempt %d%s)",
-                                str(exc).strip(), delay, failures,
-                                f" of {limit}" if limit else ", retrying until stopped")
+                    log.warning("%s; reconnecting in %.1f s (%s)", str(exc).strip(), delay,
+                                backoff.attempt)
                 if stop.is_set() or stop.wait(delay):
                     self._settle(str(exc).strip(), dropped=failed)
                     return self.progress

@@ -128,10 +128,9 @@ def _prepare(pipeline: Pipeline, settings: Settings, stop: threading.Event) -> b
     connection and up to ``--max-retries`` failures in a row; False when stopped meanwhile.
     What a person has to fix (:func:`pgcdc.startup.unreachable` says which) is raised."""
     from decoder.errors import ConnectionLostError
-    from pgcdc.pipeline import retry_delay
+    from pgcdc.pipeline import Backoff
 
-    service = settings.service
-    failures = 0
+    backoff = Backoff(settings.service.max_retries, settings.service.retry_max_delay)
     while True:
         try:
             pipeline.prepare()
@@ -140,16 +139,11 @@ def _prepare(pipeline: Pipeline, settings: Settings, stop: threading.Event) -> b
             cause = exc.__cause__ if isinstance(exc, ConnectionLostError) else exc
             if not (isinstance(cause, psycopg.OperationalError) and unreachable(cause)):
                 raise
-            failures += 1
-            if service.max_retries and failures > service.max_retries:
-                log.error("giving up after %d failures in a row (--max-retries %d)", failures,
-                          service.max_retries)
+            delay = backoff.failed()
+            if delay is None:
                 raise
-            delay = retry_delay(failures, service.retry_max_delay)
             log.warning("PostgreSQL went away while pgcdc started: %s; starting again in "
-                        "%.1f s (attempt %d%s)", " ".join(str(exc).split()), delay, failures,
-                        f" of {service.max_retries}" if service.max_retries
-                        else ", retrying until stopped")
+                        "%.1f s (%s)", " ".join(str(exc).split()), delay, backoff.attempt)
             if stop.wait(delay):
                 return False
 

@@ -40,7 +40,7 @@ def wait_for_server(dsn: str, *, max_retries: int, retry_max_delay: float) -> bo
     """Connect until the server answers: True then; False when SIGINT or SIGTERM came first.
     A failure that is not :func:`unreachable`, or the ``max_retries + 1``-th in a row (0:
     no limit), is raised."""
-    from pgcdc.pipeline import retry_delay
+    from pgcdc.pipeline import Backoff
 
     stop = threading.Event()
 
@@ -50,7 +50,7 @@ def wait_for_server(dsn: str, *, max_retries: int, retry_max_delay: float) -> bo
     previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGINT, signal.SIGTERM)}
     params = {} if "connect_timeout" in conninfo.conninfo_to_dict(dsn) \
         else {"connect_timeout": 10}
-    failures = 0
+    backoff = Backoff(max_retries, retry_max_delay)
     try:
         while True:
             try:
@@ -59,21 +59,18 @@ def wait_for_server(dsn: str, *, max_retries: int, retry_max_delay: float) -> bo
             except psycopg.OperationalError as exc:
                 if not unreachable(exc):
                     raise
-                failures += 1
-                if max_retries and failures > max_retries:
-                    log.error("giving up after %d failures in a row (--max-retries %d)",
-                              failures, max_retries)
+                delay = backoff.failed()
+                if delay is None:
                     raise
-                delay = retry_delay(failures, retry_max_delay)
-                log.warning("PostgreSQL is not reachable: %s; retrying in %.1f s (attempt "
-                            "%d%s)", " ".join(str(exc).split()), delay, failures,
-                            f" of {max_retries}" if max_retries else ", retrying until stopped")
+                log.warning("PostgreSQL is not reachable: %s; retrying in %.1f s (%s)",
+                            " ".join(str(exc).split()), delay, backoff.attempt)
                 if stop.wait(delay):
                     log.warning("stopped while waiting for PostgreSQL")
                     return False
                 continue
-            if failures:
-                log.warning("PostgreSQL is reachable, after %d failed attempts", failures)
+            if backoff.failures:
+                log.warning("PostgreSQL is reachable, after %d failed attempts",
+                            backoff.failures)
             return True
     finally:
         for sig, handler in previous.items():
