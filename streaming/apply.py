@@ -59,6 +59,7 @@ from streaming.evolution import (
     evolve,
     forget,
     quote,
+    table_exists,
     table_properties,
 )
 from streaming.schema import (
@@ -448,6 +449,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                                        changelog=changelog, versions=versions, steps=step,
                                        keep_dropped=keep_dropped)
     path = table_path(lake, spec)
+    fresh = not table_exists(spark, path)  # created empty below: its rows are appended
     with step("table"):
         target = ensure_table(spark, path, spec, versions, keep_dropped=keep_dropped)
     rows = shape(events, spec, versions)
@@ -488,21 +490,49 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             return 0
         with step("tombstones read"):
             source = drop_superseded(spark, latest, spec, path, versions, stats.bounds)
-        merge = _merge(target, source, spec, stats.bounds, insert_only=ops is not None
-                       and ops <= INSERT_ONLY_OPS)
-        with step("merge"), idempotent_write(spark, idempotence):
-            metrics = merge.execute().collect()
+        if fresh:
+            with step("append"):
+                affected = _append_new(spark, source, spec, path, idempotence)
+        else:
+            merge = _merge(target, source, spec, stats.bounds, insert_only=ops is not None
+                           and ops <= INSERT_ONLY_OPS)
+            with step("merge"), idempotent_write(spark, idempotence):
+                metrics = merge.execute().collect()
+            # rows the MERGE inserted, updated or deleted; none when Delta skipped the batch
+            # as already committed (txnAppId / txnVersion)
+            affected = int(metrics[0]["num_affected_rows"]) if metrics else 0
         if stats.deletes:
             with step("tombstones write"):
                 record_deletes(spark, source, spec, path, idempotence)  # after the MERGE
         if changelog:
             with step("changelog"):
                 append_changelog(applied_rows, path, idempotence)
-        # rows the MERGE inserted, updated or deleted; none when Delta skipped the batch as
-        # already committed (txnAppId / txnVersion)
-        return int(metrics[0]["num_affected_rows"]) if metrics else 0
+        return affected
     finally:
         latest.unpersist()
+
+
+def _append_new(spark: Any, source: Any, spec: TableSpec, path: str,
+                idempotence: tuple[str, int] | None) -> int:
+    """The MERGE of :func:`_merge` into a lake table created empty by this very apply, as an
+    append: with no row to match, the MERGE inserts every latest change but the deletes and
+    does nothing else, and an append does so in one write, without the MERGE's join
+    against the target and its pass to find touched files.  The append commits the batch's
+    idempotent-write ids (as writer options: the session's are for Delta's DML only), so a
+    retried batch finds the table and MERGEs, and Delta skips that MERGE.  The rows
+    written."""
+    from delta.tables import DeltaTable
+
+    columns = [quote(c.name) for c in spec.columns] + list(META_COLUMNS) + [TEXT]
+    writer = source.where("_op != 'd'").select(*columns).write.format("delta").mode("append")
+    if idempotence is not None:
+        writer = writer.option("txnAppId", idempotence[0]).option("txnVersion", idempotence[1])
+    writer.save(path)
+    found = DeltaTable.forPath(spark, path).history(1).select("operation",
+                                                             "operationMetrics").collect()
+    if not found or found[0]["operation"] != "WRITE":  # skipped as already committed
+        return 0
+    return int((found[0]["operationMetrics"] or {}).get("numOutputRows", 0))
 
 
 # A micro-batch whose events of a table are all inserts is applied with an insert-only MERGE
@@ -842,6 +872,30 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
     return [f.result() for f in futures]
 
 
+def _kept(spark: Any, events: Any) -> Any:
+    """A batch's parsed events, kept for the passes over them: in local mode checkpointed
+    on the spot (``localCheckpoint``), which cuts their lineage, so that the many small jobs of
+    the tables' applies ship a small task binary instead of the whole decode (one branch per
+    table version, the writer schema's text in each: 1.5 MiB over 100 tables).  A local
+    checkpoint cannot be computed again if an executor holding it is lost, so on a cluster
+    the events are cached (``persist``) and keep their lineage; in local mode the driver is
+    the executor."""
+    if str(spark.sparkContext.master).startswith("local"):
+        return events.localCheckpoint(eager=True)
+    return events.persist()
+
+
+def _release(events: Any) -> None:
+    """Drop what :func:`_kept` kept: the cache, or the local checkpoint's blocks (its RDD's,
+    which no cache manager knows; left alone, they would stay until the driver's garbage
+    collector found them)."""
+    plan = events._jdf.queryExecution().analyzed()  # noqa: SLF001 - the checkpoint's RDD
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+    else:
+        events.unpersist()
+
+
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
                 app_id: str, changelog: bool = False, steps: Steps | None = None,
                 touched: set[str] | None = None, archive: bool = False,
@@ -897,8 +951,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         with step("catalog"):
             resolved = _resolved(catalog, set() if ddl else
                                  {v for _, v in versions if v is not None})
-        events = parse_envelopes(batch, resolved.log, rows=rows, versions=versions)\
-            .coalesce(parallelism).persist()
+        events = _kept(spark, parse_envelopes(batch, resolved.log, rows=rows,
+                                              versions=versions).coalesce(parallelism))
         with step("decode"):
             try:
                 summary = summarize(events, resolved.log)
@@ -925,8 +979,8 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                 # versions' records with one version's schema ("Malformed data")
                 pulled = parse_envelopes(earlier(topics), resolved.log).persist()
                 more = pulled.where(wanted)
-                merged = events.unionByName(more).coalesce(parallelism).persist()
-                events.unpersist()
+                merged = _kept(spark, events.unionByName(more).coalesce(parallelism))
+                _release(events)
                 events = merged
                 summary = summarize(events, resolved.log)
                 pulled.unpersist()
@@ -975,5 +1029,5 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         return applied
     finally:
         if events is not None:
-            events.unpersist()
+            _release(events)
         rows.unpersist()

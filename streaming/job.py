@@ -108,6 +108,21 @@ def pieces(ranges: Ranges, bound: int) -> list[Ranges]:
     return out
 
 
+# Kafka consumer properties of every read of the job, under the user's --kafka-option.
+# fetch.max.wait.ms: how long the broker holds a fetch that finds fewer bytes than
+# fetch.min.bytes (Kafka's default: 500 ms).  Spark reads each topic partition of a batch to
+# an offset it planned, and the end of a partition's range is where the data ends: each
+# partition's read ended waiting there.  With one topic per table, that was most of a
+# batch over many tables (100 partitions of 200 records: 26-33 s, against 2-3.5 s with
+# 10 ms; docs/benchmarks.md, "Tables per micro-batch").
+_CONSUMER_DEFAULTS = {"fetch.max.wait.ms": "10"}
+
+
+def consumer_options(config: JobConfig) -> dict[str, str]:
+    """The Kafka consumer properties of the job's reads: its defaults, then the user's."""
+    return {**_CONSUMER_DEFAULTS, **(config.kafka_options or {})}
+
+
 def _kafka_batch(spark: Any, config: JobConfig, options: dict[str, str]) -> Any:
     """A bounded batch read of Kafka with ``options`` (which topics, from and to where),
     with the job's servers and its Kafka options."""
@@ -115,7 +130,7 @@ def _kafka_batch(spark: Any, config: JobConfig, options: dict[str, str]) -> Any:
                                                config.bootstrap_servers)
     for key, value in options.items():
         reader = reader.option(key, value)
-    for key, value in (config.kafka_options or {}).items():
+    for key, value in consumer_options(config).items():
         reader = reader.option(f"kafka.{key}", value)
     return reader.load()
 
@@ -225,7 +240,7 @@ def start(spark: Any, config: JobConfig,
               .option("kafka.metadata.max.age.ms", "2000"))
     if config.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-    for key, value in (config.kafka_options or {}).items():
+    for key, value in consumer_options(config).items():
         reader = reader.option(f"kafka.{key}", value)
     identity = app_id(config)
     catalog = read_catalog(spark, config)

@@ -20,6 +20,7 @@ from pgcdc.pipeline import Pipeline, PipelineConfig
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
+from tests.integration.test_spark_scale import _transactions
 from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
@@ -91,6 +92,24 @@ def test_versions_mixed_in_one_batch_and_key_churn(
     types = dict(delta.dtypes)
     assert types["n"] == "bigint" and types["note"] == "string"
     assert "gone" not in types  # created at the newest version, which no longer has it
+
+    # the new lake table's rows were appended, not MERGEd into it while it was empty
+    def operations() -> list[str]:
+        return [str(r["operation"]) for r in
+                spark.sql(f"DESCRIBE HISTORY delta.`{lake}/public.t`").collect()]
+
+    written = operations()
+    assert written[0] == "WRITE" and "MERGE" not in written, written
+    # with the batch's idempotent-write ids: the batch again (a driver that died before the
+    # streaming commit) finds the table, and Delta skips its MERGE
+    txns = _transactions(tmp_path / "lake" / "public.t")
+    assert [t for v in sorted(txns) for t in txns[v]] == [("mixed", 0)], txns
+    assert apply_batch(spark, _whole_topic(spark, kafka_servers, topic_prefix), 0,
+                       catalog=catalog, lake=lake, app_id="mixed") == {"public.t": 0}
+    assert operations() == written
+    with psycopg.connect(pg_dsn) as conn:
+        (result,) = compare(conn, spark, lake, catalog.tables())
+    assert result.equal, result
 
 
 def test_driver_killed_mid_run_recovers(pg_conn: Conn, pg_dsn: str, kafka_servers: str,

@@ -6,7 +6,7 @@ import pytest
 
 from core.errors import ConfigError
 from streaming.compaction import companions
-from streaming.job import JobConfig
+from streaming.job import JobConfig, consumer_options
 
 
 @pytest.mark.parametrize("every", [0, -3])
@@ -18,6 +18,16 @@ def test_optimize_every_must_be_positive(every: int) -> None:
 def test_optimize_every_accepted() -> None:
     assert JobConfig("k:9092", "file:///l", "file:///c", optimize_every=5).optimize_every == 5
     assert JobConfig("k:9092", "file:///l", "file:///c").optimize_every is None
+
+
+def test_reads_do_not_wait_at_the_end_of_a_partition_unless_told() -> None:
+    """Kafka's 500 ms fetch wait at the end of each partition's range was most of a batch
+    over many tables; the user's --kafka-option still wins."""
+    assert consumer_options(JobConfig("k:9092", "file:///l", "file:///c")) == {
+        "fetch.max.wait.ms": "10"}
+    told = JobConfig("k:9092", "file:///l", "file:///c",
+                     kafka_options={"fetch.max.wait.ms": "200", "security.protocol": "SSL"})
+    assert consumer_options(told) == {"fetch.max.wait.ms": "200", "security.protocol": "SSL"}
 
 
 def test_compaction_covers_the_companion_tables() -> None:
