@@ -140,6 +140,8 @@ class ReplicationConnection:
         text = query if isinstance(query, str) else query.as_string(None)
         res = self.pgconn.exec_(text.encode())
         if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            if self.pgconn.status == pq.ConnStatus.BAD:  # the server went away under it
+                raise _connection_lost(res, text)
             raise _server_error(res, text)
         rows = []
         for r in range(res.ntuples):
@@ -274,6 +276,17 @@ def _server_error(res: pq.abc.PGresult | None, query: str) -> ReplicationError:
     sqlstate = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
     message = (res.error_message or b"").decode(errors="replace").strip()
     return ReplicationError(f"{query!r} failed [{sqlstate}]: {message}")
+
+
+def _connection_lost(res: pq.abc.PGresult, query: str) -> ConnectionLostError:
+    """A command that failed because the connection did (a server crash or restart while
+    pgcdc starts): lost, as a lost stream is, so that the caller waits for the server and
+    starts again, instead of stopping on the command's error."""
+    message = (res.error_message or b"").decode(errors="replace").strip() or "connection lost"
+    lost = ConnectionLostError(f"{query!r} failed: the replication connection was lost: "
+                               f"{' '.join(message.split())}")
+    lost.__cause__ = psycopg.OperationalError(message)  # what startup.unreachable reads
+    return lost
 
 
 def identify_system(dsn: str) -> tuple[str, str]:

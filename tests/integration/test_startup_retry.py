@@ -18,8 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from decoder.errors import ConnectionLostError, ReplicationError
+from decoder.replication import ReplicationConnection
 from pgcdc.services.postgres import PostgresServer
+from pgcdc.startup import unreachable
 
 BOUND = 120  # seconds a wait lasts at most (not a timing assertion)
 
@@ -156,3 +160,31 @@ def test_run_starts_again_when_postgres_crashes_while_it_starts(
         with contextlib.suppress(psycopg.Error):
             blocker.close()
     assert code == 0, stderr.text()
+
+
+def test_a_replication_command_cut_by_a_crash_is_a_lost_connection(
+        own_pg_server: PostgresServer) -> None:
+    """A crash between pgcdc's replication connection and its command (IDENTIFY_SYSTEM,
+    CREATE_REPLICATION_SLOT: the lake model, seed 64000197, where ``pgcdc run`` exited 3 on
+    "'IDENTIFY_SYSTEM' failed []: server closed the connection unexpectedly") is a lost
+    connection that ``pgcdc run`` waits out, not the command's error."""
+    stream = ReplicationConnection(own_pg_server.dsn())
+    stream.connect()
+    try:
+        own_pg_server.stop("immediate")
+        own_pg_server.start()
+        with pytest.raises(ConnectionLostError, match="IDENTIFY_SYSTEM") as caught:
+            stream.command("IDENTIFY_SYSTEM")
+    finally:
+        stream.close()
+    cause = caught.value.__cause__
+    assert isinstance(cause, psycopg.OperationalError) and unreachable(cause), cause
+    # a command the server refuses is still the command's error
+    stream = ReplicationConnection(own_pg_server.dsn())
+    stream.connect()
+    try:
+        with pytest.raises(ReplicationError, match="no_such_command") as refused:
+            stream.command("no_such_command")
+        assert not isinstance(refused.value, ConnectionLostError)
+    finally:
+        stream.close()
