@@ -534,12 +534,11 @@ def run_worker(args: argparse.Namespace) -> int:
             if "value_format" not in inspect.signature(KafkaSink).parameters:
                 print("this KafkaSink has no value_format option", file=sys.stderr)
                 return 2
-            options["value_format"] = "json" if args.kafka_format == "debezium-json" \
-                else args.kafka_format
+            options["value_format"] = args.kafka_format
             if args.kafka_format == "debezium-json":  # --format json's default encoding
                 from sinks.debezium_json import JsonOptions
 
-                options["json_options"] = JsonOptions()
+                options.update(value_format="json", json_options=JsonOptions())
         if args.kafka_config:  # librdkafka properties over the sink's own (strings)
             options["producer_config"] = dict(kv.split("=", 1) for kv in args.kafka_config)
         sink: Any = KafkaSink(args.bootstrap_servers, **options)

@@ -75,14 +75,20 @@ def _config(dsn: str, tmp_path: Path, tables: list[str]) -> LoadConfig:
                       progress_file=tmp_path / "p.json", catalog_dir=tmp_path / "catalog")
 
 
-def _crashed_load(dsn: str, tables: list[str], lake: str, tmp_path: Path, prefix: str,
-                  fail_point: str, *options: str) -> Any:
-    """``pgcdc snapshot --lake`` (one table at a time) crashed at ``fail_point``: its state."""
-    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", dsn, "--tables",
+def _load_argv(dsn: str, tables: list[str], lake: str, tmp_path: Path, prefix: str,
+               *options: str) -> list[str]:
+    """``pgcdc snapshot --lake``, one table at a time, its files in ``tmp_path``."""
+    return [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", dsn, "--tables",
             ",".join(tables), "--lake", lake, "--readers", "1", *options,
             "--load-state", str(tmp_path / "load.json"),
             "--progress-file", str(tmp_path / "p.json"),
             "--catalog-dir", str(tmp_path / "catalog"), "--topic-prefix", prefix]
+
+
+def _crashed_load(dsn: str, tables: list[str], lake: str, tmp_path: Path, prefix: str,
+                  fail_point: str, *options: str) -> Any:
+    """``pgcdc snapshot --lake`` (one table at a time) crashed at ``fail_point``: its state."""
+    argv = _load_argv(dsn, tables, lake, tmp_path, prefix, *options)
     crash = subprocess.run(argv, capture_output=True, timeout=600, check=False, env={
         **os.environ, "PGCDC_FAIL_POINT": fail_point})
     assert crash.returncode == EXIT_CODE, crash.stderr.decode()[-3000:]
@@ -491,11 +497,7 @@ def test_lake_load_through_a_postgres_crash(own_pg_server: PostgresServer, kafka
         tables = _keyless_and_keyed(conn)
     lake = (tmp_path / "lake").as_uri()
     pause = tmp_path / "paused"
-    argv = [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", dsn, "--tables",
-            ",".join(tables), "--lake", lake, "--readers", "1", "--chunk-pages", "2",
-            "--load-state", str(tmp_path / "load.json"), "--progress-file",
-            str(tmp_path / "p.json"), "--catalog-dir", str(tmp_path / "catalog"),
-            "--topic-prefix", topic_prefix]
+    argv = _load_argv(dsn, tables, lake, tmp_path, topic_prefix, "--chunk-pages", "2")
     with (tmp_path / "load.log").open("wb") as err:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env={
             **os.environ, "PGCDC_FAIL_POINT": "before_lake_write:2",
