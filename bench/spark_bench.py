@@ -72,10 +72,12 @@ import psycopg
 # the same latency table and publication, and the same percentile
 from bench.kafka_latency_bench import DDL as LATENCY_DDL
 from bench.kafka_latency_bench import percentile
+from core import wire
 from decoder.slot import current_wal_lsn
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
 from pgcdc.services.postgres import PostgresServer
+from sinks.avro_logical import LogicalTypes
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import APPLY_THREADS
@@ -220,7 +222,7 @@ def catchup(args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(ORDERS_DDL)
         prefix = "bench"
-        sink = KafkaSink(broker.bootstrap_servers, topic_prefix=prefix)
+        sink = _sink(broker.bootstrap_servers, prefix, dsn, args.avro_types)
         pipeline = Pipeline(PipelineConfig(dsn, slot="orders", publication="orders_pub",
                                            tables=["bench.orders"], create_publication=False),
                             sink)
@@ -278,7 +280,14 @@ def _fill_tables(dsn: str, schema: str, tables: int, events: int) -> tuple[int, 
     return rows * tables, (rows + updated) * tables
 
 
-def _prepare_tables(dsn: str, servers: str, count: int, events: int) -> dict[str, Any]:
+def _sink(servers: str, prefix: str, dsn: str, avro_types: str) -> KafkaSink:
+    """The Avro sink, with typed values (``--avro-types logical``) or text ones."""
+    logical = LogicalTypes.reading(dsn) if avro_types == wire.AVRO_TYPES_LOGICAL else None
+    return KafkaSink(servers, topic_prefix=prefix, logical=logical)
+
+
+def _prepare_tables(dsn: str, servers: str, count: int, events: int,
+                    avro_types: str = wire.AVRO_TYPES_TEXT) -> dict[str, Any]:
     """Schema ``tbl<count>`` with ``count`` tables, its workload captured under the topic
     prefix ``tbl<count>``."""
     schema = f"tbl{count}"
@@ -288,7 +297,7 @@ def _prepare_tables(dsn: str, servers: str, count: int, events: int) -> dict[str
             conn.execute(f"CREATE TABLE {schema}.t{i} (id bigint PRIMARY KEY, n int NOT NULL, "
                          "label text, amount numeric(12, 2))")
         conn.execute(f"CREATE PUBLICATION {schema}_pub FOR TABLES IN SCHEMA {schema}")
-    sink = KafkaSink(servers, topic_prefix=schema)
+    sink = _sink(servers, schema, dsn, avro_types)
     pipeline = Pipeline(PipelineConfig(dsn, slot=schema, publication=f"{schema}_pub",
                                        create_publication=False), sink)
     pipeline.prepare()
@@ -345,7 +354,8 @@ def tables(args: argparse.Namespace) -> dict[str, Any]:
         setups = {}
         for count in counts:
             started = time.monotonic()
-            setups[count] = _prepare_tables(dsn, broker.bootstrap_servers, count, args.events)
+            setups[count] = _prepare_tables(dsn, broker.bootstrap_servers, count, args.events,
+                                            args.avro_types)
             log.info("%d tables: %d events captured in %.1f s", count,
                      setups[count]["events"], time.monotonic() - started)
         spark = build_session("pgcdc-bench", extra_config=_event_log(args))
@@ -570,6 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[APPLY_THREADS],
                         help="tables: tables applied at once (1: one after the other), each "
                              "value a series of runs")
+    parser.add_argument("--avro-types", choices=(wire.AVRO_TYPES_TEXT, wire.AVRO_TYPES_LOGICAL),
+                        default=wire.AVRO_TYPES_TEXT,
+                        help="catch-up and tables: the Avro values' types (pgcdc run "
+                             "--avro-types): text (the default) or logical")
     parser.add_argument("--rows", type=int, default=200_000, help="catch-up: rows inserted")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[10_000, 50_000, 200_000],
                         help="catch-up: maxOffsetsPerTrigger values")

@@ -4,8 +4,8 @@ For each source table in the batch (by OID):
 
 1. every event's table version must be in the catalog log, or the batch fails
    (a missing version is never guessed);
-2. values are cast to the table's newest shape; columns an older version did not
-   have are NULL;
+2. its events are decoded into the table's newest shape, typed (streaming/decode.py);
+   columns an older version did not have are NULL;
 3. the latest change per key wins, by ``(commit_lsn, ordinal)``;
 4. a truncate removes every older row, and earlier events of the batch; its position is
    kept as a table-level tombstone (the table property ``pgcdc.truncatedAt``), so a change
@@ -24,7 +24,6 @@ by tables that already committed it.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -35,24 +34,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from core import wire
-from core.wire import (
-    AFTER,
-    BEFORE,
-    FORMAT_AVRO,
-    FORMAT_AVRO_CONFLUENT,
-    FORMAT_DEBEZIUM_JSON,
-    FORMAT_HEADER,
-    FORMAT_JSON,
-    OP,
-    SOURCE,
-    TABLE_VERSION_HEADER,
-    UNCHANGED,
-    catalog_history_topic,
-    table_name,
-)
-from streaming import ownership, sql_text, typed_avro
+from core.wire import table_name
+from streaming import ownership, sql_text
 from streaming.catalog import CatalogLog, LakeCatalog
+from streaming.decode import (
+    CATALOG_FORMAT,
+    KEYS,
+    OLD_KEYS,
+    CatalogMismatchError,
+    batch_versions,
+    content,
+    header_rows,
+    narrow,
+    parse_envelopes,
+    table_events,
+    untyped,
+)
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
     cached_property,
@@ -78,174 +75,11 @@ log = logging.getLogger(__name__)
 
 META_COLUMNS = (COMMIT_LSN, ORDINAL)
 
-# what the apply reads of the envelope's source block (core/wire.py), with its Spark type
-_SOURCE_READ = ((wire.SOURCE_COMMIT_LSN, "BIGINT"), (wire.SOURCE_ORDINAL, "BIGINT"),
-                (wire.SOURCE_TABLE_OID, "BIGINT"), (wire.SOURCE_TABLE_VERSION, "STRING"),
-                (wire.SOURCE_SCHEMA, "STRING"), (wire.SOURCE_TABLE, "STRING"))
-
-# the JSON envelope as parse_envelopes reads it: what the apply uses of it, by name
-ENVELOPE_SCHEMA = (
-    f"{OP} STRING, {BEFORE} MAP<STRING, STRING>, {AFTER} MAP<STRING, STRING>, "
-    f"{UNCHANGED} ARRAY<STRING>, "
-    f"{SOURCE} STRUCT<{', '.join(f'{name}: {kind}' for name, kind in _SOURCE_READ)}>"
-)
-
-
-
-class CatalogMismatchError(Exception):
-    """An event names a table version the catalog log does not hold."""
-
-
 def table_path(lake: str, spec: TableSpec) -> str:
     """The lake table of a source table, one folder per name (``core.wire.table_name``,
     as its topic): ``<lake>/<schema>.<table>``, with a digest part when a name holds more
     than ``A-Z a-z 0-9 _ -``, so that no two names share a folder."""
     return f"{lake.rstrip('/')}/{table_name(spec.schema, spec.name)}"
-
-
-_HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"
-
-
-# the format header_rows gives a record of the catalog history topic
-# (``<prefix>._catalog_history``, sinks/kafka.py), which the job subscribes to beside the
-# table topics so that a DDL with no row change after it (a table dropped or renamed last)
-# still makes a micro-batch, which reads the catalog again and follows it
-CATALOG_FORMAT = "catalog"
-
-
-def header_rows(batch: Any) -> Any:
-    """A batch's change records (Kafka tombstones left out) with their format and version;
-    a catalog history record (its topic's, without a table version) has the format
-    :data:`CATALOG_FORMAT`."""
-    version = _HEADER.format(TABLE_VERSION_HEADER)
-    form = f"coalesce({_HEADER.format(FORMAT_HEADER)}, '{FORMAT_JSON}')"
-    if "topic" in batch.columns:
-        suffix = catalog_history_topic("")
-        form = (f"CASE WHEN endswith(topic, '{suffix}') AND {version} IS NULL "
-                f"THEN '{CATALOG_FORMAT}' ELSE {form} END")
-    return batch.where("value IS NOT NULL").selectExpr(
-        "value", f"{form} AS _format", f"{version} AS _version")
-
-
-def batch_versions(rows: Any) -> list[tuple[str, str | None]]:
-    """The distinct (format, header version) pairs of :func:`header_rows`."""
-    return [(str(r[0]), None if r[1] is None else str(r[1]))
-            for r in rows.select("_format", "_version").distinct().collect()]
-
-
-def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
-                    versions: list[tuple[str, str | None]] | None = None) -> Any:
-    """Every change of a batch as ``op, before, after, unchanged, source`` (the envelope's
-    names, core/wire.py; ``source`` the fields of :data:`_SOURCE_READ`), whatever its
-    format; ``before`` and ``after`` are maps of column name to the value's text (a typed
-    Avro version's values spelled as its text mode's records spell them, by
-    streaming/typed_avro.py, which refuses a logical type it does not know).
-
-    Avro values are decoded with the writer schema of the version their
-    ``pgcdc.table_version`` header names, one version at a time (in the Confluent wire
-    format, ``pgcdc.format`` avro-confluent, after the 5 bytes of the magic byte and the
-    registry's schema id: the catalog log's writer schema is the registered one); the decoded
-    ``source.table_version`` must agree with the header (checked by
-    :func:`summarize`).  Tombstones are skipped.
-    """
-    from pyspark.sql import functions as F
-
-    if rows is None:
-        rows = header_rows(batch)
-    if versions is None:
-        versions = batch_versions(rows)
-    unknown = sorted({f for f, _ in versions}
-                     - {FORMAT_JSON, FORMAT_AVRO, FORMAT_AVRO_CONFLUENT})
-    if FORMAT_DEBEZIUM_JSON in unknown:
-        msg = ("events in Debezium's JSON encoding (header pgcdc.format debezium-json: pgcdc "
-               "run --format json's default), which this job does not read (its interval and "
-               "adaptive times lose what the lake keeps): run pgcdc with --json-mode pgcdc "
-               "(sink.json_mode = \"pgcdc\") or --format avro, into a new --topic-prefix")
-        raise CatalogMismatchError(msg)
-    if unknown:
-        msg = (f"events in format(s) {unknown} (the pgcdc.format header); this job reads "
-               "json, avro and avro-confluent: run a pgcdc release that knows the format")
-        raise CatalogMismatchError(msg)
-    parts = []
-    if any(f == FORMAT_JSON for f, _ in versions):  # no pass over the batch for an absent format
-        parts.append(rows.where(f"_format = '{FORMAT_JSON}'").select(
-            F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"),
-            "_version").select("e.*", "_version"))
-    for form, version in sorted({(f, v) for f, v in versions
-                                 if f in (FORMAT_AVRO, FORMAT_AVRO_CONFLUENT)}, key=str):
-        spec = catalog.by_version(str(version))
-        if spec is None or spec.value_schema is None:
-            msg = (f"Avro events of table version {version} but the catalog log holds no "
-                   "writer schema for it; the catalog topic is incomplete")
-            raise CatalogMismatchError(msg)
-        refusal = typed_avro.refusal(spec)  # a logical type this job does not know
-        if refusal is not None:
-            raise CatalogMismatchError(refusal)
-        part = rows.where((F.col("_format") == form) & (F.col("_version") == version))
-        if form == FORMAT_AVRO_CONFLUENT:  # the Avro binary after the magic byte and the schema id
-            part = part.withColumn("value", F.expr("substring(value, 6)"))
-        parts.append(_from_avro(part, spec))
-    if not parts:  # an empty batch: its (empty) rows in the envelope's shape
-        parts.append(rows.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA)
-                                 .alias("e"), "_version").select("e.*", "_version"))
-    events = parts[0]
-    for part in parts[1:]:
-        events = events.unionByName(part)
-    return events
-
-
-def _from_avro(rows: Any, spec: TableSpec) -> Any:
-    from pyspark.sql.avro.functions import from_avro
-
-    schema, columns = avro_envelope(spec)
-    decoded = rows.select(from_avro("value", schema).alias("e"), "_version")
-    return decoded.selectExpr(*columns, "_version")
-
-
-def avro_texts(fields: list[dict[str, Any]], row: str, *,
-               typed: bool) -> list[tuple[str, str]]:
-    """Per field of a ``Row`` record (:func:`streaming.typed_avro.row_fields`): its column
-    (the field's ``pgcdc.column``) and the Spark SQL text of its value in the decoded struct
-    ``row``, the field of its own name: a text-mode field cast to a string (``bytes``
-    base64), a typed one spelled by :func:`streaming.typed_avro.text`."""
-    out = []
-    for field in fields:
-        ref = f"{row}.{quote(field['name'])}"
-        if typed:
-            text = typed_avro.text(ref, field)
-        elif typed_avro.value_branches(field["type"]) == ["bytes"]:
-            text = f"base64({ref})"
-        else:
-            text = f"CAST({ref} AS STRING)"
-        out.append((field[wire.COLUMN_ATTRIBUTE], text))
-    return out
-
-
-def avro_envelope(spec: TableSpec) -> tuple[str, list[str]]:
-    """The reader schema of an Avro version's values and the Spark SQL columns that make the
-    decoded struct ``e`` an envelope of :func:`parse_envelopes`: ``before`` and ``after``
-    each a map of column name (the field's ``pgcdc.column``) to the text of the field of
-    that name.  Fields are read by name, never by position, so a writer schema whose
-    envelope fields, row fields or union branches come in another order, or with fields
-    added, gives each value to its own column."""
-    schema = spec.value_schema
-    assert schema is not None
-    fields = typed_avro.row_fields(json.loads(schema))
-    # typed Avro: each value as the text mode's text (typed_avro.py)
-    typed = spec.avro_types != wire.AVRO_TYPES_TEXT
-    if typed:
-        schema = typed_avro.reader_schema(schema)
-
-    def as_map(side: str) -> str:
-        pairs = avro_texts(fields, f"e.{side}", typed=typed)
-        names = ", ".join(sql_text.literal(name) for name, _ in pairs)
-        texts = ", ".join(text for _, text in pairs)
-        return (f"CASE WHEN e.{side} IS NULL THEN NULL ELSE "
-                f"map_from_arrays(array({names}), array({texts})) END AS {side}")
-
-    source = ", ".join(f"'{name}', e.{SOURCE}.{name}" for name, _ in _SOURCE_READ)
-    return schema, [f"e.{OP} AS {OP}", as_map(BEFORE), as_map(AFTER),
-                    f"e.{UNCHANGED} AS {UNCHANGED}", f"named_struct({source}) AS {SOURCE}"]
 
 
 @dataclass(frozen=True)
@@ -256,6 +90,8 @@ class TableBatch:
     ops: frozenset[str]  # the operations present: c, r, u, d, t
     versions: frozenset[str] = frozenset()  # the table versions of its events
     newest: tuple[int, int] | None = None  # the position of its newest event
+    # the (format, table version) pairs of its events (streaming/decode.py table_events)
+    encodings: frozenset[tuple[str, str]] = frozenset()
 
 
 def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
@@ -266,6 +102,7 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
     summary = events.groupBy("source.table_oid").agg(
         F.expr("collect_set(source.table_version)").alias("versions"),
         F.expr("collect_set(op)").alias("ops"),
+        F.expr("collect_set(struct(_format, source.table_version))").alias("encodings"),
         F.expr("max(CASE WHEN op = 't' THEN struct(source.commit_lsn, source.ordinal) END)")
         .alias("trunc"),
         F.expr("max(struct(source.commit_lsn, source.ordinal))").alias("newest"),
@@ -284,7 +121,8 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
     return {int(r["table_oid"]): TableBatch(
         None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
         frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]),
-        None if r["newest"] is None else (int(r["newest"][0]), int(r["newest"][1])))
+        None if r["newest"] is None else (int(r["newest"][0]), int(r["newest"][1])),
+        frozenset((str(f), str(v)) for f, v in r["encodings"]))
         for r in summary}
 
 
@@ -293,98 +131,65 @@ def check_versions(events: Any, catalog: CatalogLog) -> list[int]:
     return sorted(summarize(events, catalog))
 
 
-def _cast(column: ColumnSpec, text: str, stale: list[str]) -> str:
-    """``column.cast(text)``; for an event of a version in ``stale`` (the column had another
-    type then: a retype since) a lenient cast, NULL where the old text does not convert.
-    Such a row is read again from the source (the retype rewrote the table), so the value
-    is a placeholder until then, never a failed batch."""
-    strict = column.cast(text)
-    if not stale:
-        return strict
-    spark_type = column.spark_type
-    lenient = (f"try_cast({text} AS {spark_type})" if spark_type in _LENIENT
-               or spark_type.startswith("decimal") else f"CAST(NULL AS {spark_type})")
-    versions = ", ".join(sql_text.literal(v) for v in stale)
-    return f"CASE WHEN source.table_version IN ({versions}) THEN {lenient} ELSE {strict} END"
+def _present(image: str, i: int, column: ColumnSpec) -> str:
+    """Whether the ``i``-th column has a value in the image (typed, or kept as text)."""
+    found = f"{image}.{content(i)} IS NOT NULL"
+    return f"({found} OR {image}.{untyped(i)} IS NOT NULL)" if narrow(column) else found
 
 
-# Spark types a try_cast from PostgreSQL's text of another type gives exactly or as NULL
-_LENIENT = frozenset({"string", "boolean", "smallint", "int", "bigint", "float", "double"})
-
-
-def shape(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
-    """Events of one table, cast to its newest shape, one row per event.
-
-    A column renamed since an event's version is read under the name that version gave
-    it (matched by column identity, see :func:`streaming.schema.renamed_names`), so old
-    and new events land in the same column.
-    """
-    renames = renamed_names(spec, versions or [])
-    retyped = retyped_versions(spec, versions or [])
-    keys = {c.name for c in spec.key_columns}
-
-    def value(side: str, name: str) -> str:
-        return sql_text.column_text(side, name, renames)
-
+def shape(events: Any, spec: TableSpec) -> Any:
+    """One table's typed events (streaming/decode.py :func:`table_events`) as lake rows,
+    one per event: the new row's values, a key column's from the old row where the new row
+    has none (a delete), ``_pgcdc_text``, the operation, the position, and the unchanged
+    TOASTed columns."""
     exprs = []
-    untyped: list[tuple[str, str]] = []  # (column, its text where its typed value is NULL)
-    for column in spec.columns:
-        text = value("after", column.name)
-        if column.name in keys:
-            text = f"coalesce({text}, {value('before', column.name)})"
-        exprs.append(f"{_cast(column, text, retyped.get(column.name, []))} "
-                     f"AS {quote(column.name)}")
-        entry = column.untyped(text)
-        if entry is not None:
-            untyped.append((column.name, entry))
-    exprs.append(f"{sql_text.text_map(untyped)} AS {TEXT}")
-    unchanged = "coalesce(unchanged, array())"
-    if renames:  # an unchanged TOASTed column is named as its event's version names it
-        cases = " ".join(
-            f"WHEN source.table_version = {sql_text.literal(version)} "
-            f"AND u = {sql_text.literal(old)} "
-            f"THEN {sql_text.literal(name)}"
-            for name, by_version in renames.items() for version, old in by_version.items()
-            if old is not None)
-        if cases:
-            unchanged = f"transform({unchanged}, u -> CASE {cases} ELSE u END)"
+    entries: list[tuple[str, str]] = []  # (column, its text where its typed value is NULL)
+    for i, column in enumerate(spec.columns):
+        value, text = f"after.{content(i)}", f"after.{untyped(i)}"
+        if column.is_key:
+            present = _present("after", i, column)
+            value = f"CASE WHEN {present} THEN {value} ELSE before.{content(i)} END"
+            text = f"CASE WHEN {present} THEN {text} ELSE before.{untyped(i)} END"
+        exprs.append(f"{value} AS {quote(column.name)}")
+        if narrow(column):
+            entries.append((column.name, text))
     exprs += [
+        f"{sql_text.text_map(entries)} AS {TEXT}",
         "op AS _op",
         f"source.commit_lsn AS {COMMIT_LSN}",
         f"source.ordinal AS {ORDINAL}",
-        f"{unchanged} AS _unchanged",
+        "unchanged AS _unchanged",
     ]
-    return events.where(f"source.table_oid = {spec.oid}").selectExpr(*exprs)
+    return events.selectExpr(*exprs)
 
 
 _EMPTY = f"CAST(map() AS {TEXT_TYPE})"
 
 
-def moved_keys(events: Any, spec: TableSpec, versions: list[TableSpec] | None = None) -> Any:
+def moved_keys(events: Any, spec: TableSpec) -> Any:
     """A delete of the old key of every update that changed its table's key, in the shape
     of :func:`shape`, at the update's own position: the row leaves its old key, and a change
     of the old key older than the update (a replay, late data) finds its tombstone.
 
     PostgreSQL sends such an update with the old key in ``before`` (and the whole old row
     under ``REPLICA IDENTITY FULL``, whose key may not have changed: no delete then)."""
-    renames = renamed_names(spec, versions or [])
-    retyped = retyped_versions(spec, versions or [])
-    keys = spec.key_columns
+    keys = [(i, c) for i, c in enumerate(spec.columns) if c.is_key]
 
-    def value(side: str, name: str) -> str:
-        return sql_text.column_text(side, name, renames)
+    def same(i: int, column: ColumnSpec) -> str:
+        equal = f"before.{content(i)} <=> after.{content(i)}"
+        return f"{equal} AND before.{untyped(i)} <=> after.{untyped(i)}" if narrow(column) \
+            else equal
 
-    changed = " OR ".join(
-        f"({value('before', k.name)} IS NOT NULL "
-        f"AND NOT ({value('before', k.name)} <=> {value('after', k.name)}))" for k in keys)
-    exprs = [f"{_cast(c, value('before', c.name), retyped.get(c.name, []))} AS "
-             f"{quote(c.name)}" if c.is_key
-             else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}" for c in spec.columns]
+    changed = " OR ".join(f"({_present('before', i, c)} AND NOT ({same(i, c)}))"
+                          for i, c in keys)
+    exprs = [f"before.{content(i)} AS {quote(c.name)}" if c.is_key
+             else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}"
+             for i, c in enumerate(spec.columns)]
     exprs += [f"CAST(NULL AS {TEXT_TYPE}) AS {TEXT}", "'d' AS _op",
               f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
               "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
-    return events.where(f"source.table_oid = {spec.oid} AND op = 'u' AND before IS NOT NULL "
-                        f"AND ({changed or 'false'})").selectExpr(*exprs)
+    return events.where(f"op = 'u' AND before IS NOT NULL AND ({changed or 'false'})"
+                        ).selectExpr(*exprs)
 
 
 def latest_per_key(rows: Any, spec: TableSpec) -> Any:
@@ -428,7 +233,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 truncate: tuple[int, int] | None | object = _UNKNOWN,
                 ops: frozenset[str] | None = None, steps: Steps | None = None,
                 bounds: tuple[str, str, str] | None | object = _UNKNOWN,
-                keep_dropped: bool = False) -> int:
+                keep_dropped: bool = False,
+                encodings: frozenset[tuple[str, str]] | None = None) -> int:
     """MERGE one table's events of a batch; returns how many rows it inserted, updated or
     deleted.
 
@@ -439,12 +245,23 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     ``truncate`` and ``ops``: the position of the batch's newest truncate of this table and
     the operations present, if the caller knows them (:func:`summarize`); the truncate is
     otherwise looked up here, and without ``ops`` the full MERGE runs.  ``keep_dropped``:
-    keep the lake columns of columns the source dropped (:func:`evolve`)."""
+    keep the lake columns of columns the source dropped (:func:`evolve`).  ``encodings``:
+    the (format, table version) pairs of the table's events, if the caller knows them
+    (:func:`summarize`); otherwise looked up here.
+
+    ``events`` are the batch's (streaming/decode.py :func:`parse_envelopes`); the table's
+    are decoded into its typed shape here (:func:`table_events`)."""
     step = steps if steps is not None else Steps(spark, -1 if idempotence is None
                                                  else idempotence[1])
     from streaming import multiset  # (it imports this module)
 
-    if multiset.keyless(spec):  # rows without a key: a multiset, duplicates kept
+    if encodings is None:
+        encodings = frozenset(
+            (str(r[0]), str(r[1])) for r in events.where(f"source.table_oid = {spec.oid}")
+            .selectExpr("_format", "source.table_version").distinct().collect())
+    keyless = multiset.keyless(spec)
+    events = table_events(events, spec, versions or [], sorted(encodings), lenient=not keyless)
+    if keyless:  # rows without a key: a multiset, duplicates kept
         return multiset.apply_multiset(spark, events, spec, lake, idempotence=idempotence,
                                        changelog=changelog, versions=versions, steps=step,
                                        keep_dropped=keep_dropped)
@@ -452,7 +269,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     fresh = not table_exists(spark, path)  # created empty below: its rows are appended
     with step("table"):
         target = ensure_table(spark, path, spec, versions, keep_dropped=keep_dropped)
-    rows = shape(events, spec, versions)
+    rows = shape(events, spec)
     applied_rows = rows
     if truncate is _UNKNOWN:
         found = rows.where("_op = 't'").selectExpr(
@@ -471,7 +288,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         rows = rows.where(sql_text.position(*floor_at, ">"))
     changes = rows.where("_op != 't'")
     if ops is None or "u" in ops:  # an update may have moved its row to another key
-        moved = moved_keys(events, spec, versions)
+        moved = moved_keys(events, spec)
         if floor_at is not None:
             moved = moved.where(sql_text.position(*floor_at, ">"))
         changes = changes.unionByName(moved)
@@ -587,14 +404,15 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
     before the latest per key is chosen, so maybe wider than :func:`_batch_stats`'s.  None
     where the column is not an integer, text or date, or a key is NULL or does not convert.
 
-    The plan does not grow with the tables: which entry of ``after`` / ``before`` holds the
-    key is looked up per event in a literal map by table version (its name in that version;
-    none for a version whose type differs, a retype since), and its text is cast to each
-    kind; the table's kind is picked here."""
+    The plan does not grow with the tables: each event carries the text of its version's
+    key columns (streaming/decode.py ``_keys``, ``_old_keys``); which of them is the table's
+    first key column is looked up per event in a literal map by table and version (none for
+    a version without it, or whose type differs: a retype since), and its text is cast to
+    each kind; the table's kind is picked here."""
     from pyspark.sql import functions as F
 
     kinds = {"smallint": "i", "int": "i", "bigint": "i", "string": "s", "date": "d"}
-    names: dict[str, str] = {}  # table version -> the key's name in its events
+    index: dict[str, int] = {}  # "<oid>/<version>" -> the key's place in that version's keys
     chosen: dict[int, tuple[str, ColumnSpec]] = {}
     for spec, versions in tables:
         column = spec.key_columns[0] if spec.key_columns else None
@@ -603,21 +421,21 @@ def batch_bounds(events: Any, tables: Sequence[tuple[TableSpec, list[TableSpec]]
         chosen[spec.oid] = (kinds[column.spark_type], column)
         renames = renamed_names(spec, versions).get(column.name, {})
         stale = set(retyped_versions(spec, versions).get(column.name, []))
-        for version in {v.version for v in versions} | {spec.version}:
-            name = renames.get(version, column.name)
-            if name is not None and version not in stale:
-                names[version] = name
+        for version in {v.version: v for v in [*versions, spec]}.values():
+            name = renames.get(version.version, column.name)
+            keys = [c.name for c in version.key_columns]
+            if name in keys and version.version not in stale:
+                index[f"{spec.oid}/{version.version}"] = keys.index(name)
     found: dict[int, tuple[str, str, str] | None] = {spec.oid: None for spec, _ in tables}
-    if not chosen:
+    if not chosen or not index:
         return found
-    lookup = ", ".join(f"{sql_text.literal(v)}, {sql_text.literal(n)}"
-                       for v, n in sorted(names.items()))
+    lookup = ", ".join(f"{sql_text.literal(k)}, {i + 1}" for k, i in sorted(index.items()))
     oids = ", ".join(str(oid) for oid in sorted(chosen))
     keyed = events.where(f"op != 't' AND source.table_oid IN ({oids})").selectExpr(
-        "source.table_oid AS oid",
-        f"element_at(map({lookup}), source.table_version) AS _name",
-        "after", "before").selectExpr(
-        "oid", "coalesce(after[_name], before[_name]) AS k", "before[_name] AS b")
+        "source.table_oid AS oid", KEYS, OLD_KEYS,
+        f"element_at(map({lookup}), concat(CAST(source.table_oid AS STRING), '/', "
+        "source.table_version)) AS _at").selectExpr(
+        "oid", f"try_element_at({KEYS}, _at) AS k", f"try_element_at({OLD_KEYS}, _at) AS b")
     aggregates = ["count(*) AS n"]
     # a date key as the apply reads it (a BC date, a year past 9999: ColumnSpec.cast), in
     # days since 1970 (see sql_text.sql_value); only for tables keyed by a date, where it converts
@@ -846,7 +664,7 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
                            changelog=changelog, versions=catalog.versions(spec.oid),
                            truncate=found.truncate, ops=found.ops, steps=steps,
                            bounds=_UNKNOWN if bounds is None else bounds[spec.oid],
-                           keep_dropped=keep_dropped)
+                           keep_dropped=keep_dropped, encodings=found.encodings)
 
     if threads <= 1 or len(tables) <= 1:
         return [one(spark, spec, found) for spec, found in tables]

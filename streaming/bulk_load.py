@@ -23,10 +23,11 @@ What differs:
    (bool, int, long, float, double and bytes typed, every other value as
    :func:`sinks.envelope.text_of` writes it), in Arrow record batches (``mapInArrow``:
    columnar batches cross to the JVM whole, not row by row); the driver turns the rows
-   into the envelope
-   the stream's apply reads (``after`` a map of texts, exactly as streaming/apply.py's
-   Avro decoding builds it) and types them with the stream's own :func:`~streaming.apply.shape`,
-   so a value loaded in bulk lands as the same Spark value as one streamed through Kafka;
+   into the typed events the stream's apply reads (streaming/decode.py ``table_events``:
+   the typed values cast to their lake types, the others cast from their text as the
+   stream casts JSON's and text-mode Avro's) and makes lake rows of them with the stream's
+   own :func:`~streaming.apply.shape`, so a value loaded in bulk lands as the same Spark
+   value as one streamed through Kafka;
 3. the table is written in ONE Delta commit (an append), marked with the commit's
    ``userMetadata`` ``pgcdc load <slot> <consistent point> <oid>`` and Delta's idempotent
    write options; only after it the table's chunks are recorded done in the state file.
@@ -105,6 +106,7 @@ from snapshot_builder.catalog import TableVersion
 from snapshot_builder.row_decoders import RowDecoderFactory
 from streaming import jdbc_read, multiset, sql_text
 from streaming.apply import META_COLUMNS, shape, table_path
+from streaming.decode import from_text, row_image
 from streaming.evolution import evolve, quote, set_properties, table_exists
 from streaming.ownership import owner
 from streaming.schema import COMMIT_LSN, ORDINAL, TEXT, TableSpec
@@ -114,6 +116,8 @@ log = logging.getLogger(__name__)
 # the Avro sink's type per column (sinks/avro.py _PRIMITIVE) as Spark types; others: string
 _AVRO_SPARK = {"bool": "boolean", "int2": "int", "int4": "int", "int8": "bigint",
                "oid": "bigint", "float4": "float", "float8": "double", "bytea": "binary"}
+# the lake types such a read's values are cast to besides their own (int2 is read as int)
+_WIDER = {"int": ("smallint",)}
 
 
 class LakeLoadError(TransientError):
@@ -249,9 +253,10 @@ def read_chunk(setup: _Setup, chunks: Iterator[tuple[int, int, int | None]]
 
 def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec,
               jvm: _Jvm | None = None) -> Any:
-    """The chunks' rows as the stream's envelopes (streaming/apply.py parse_envelopes'
-    shape): op ``r``, ``after`` a map of each value's text built as its Avro decoding builds
-    it, and ``source`` with the read's position.  Read on the JVM (``jvm``,
+    """The chunks' rows as the stream's typed events (streaming/decode.py
+    ``table_events``' shape): op ``r``, ``after`` the row (a value Spark reads typed cast
+    to its lake type, any other from its text as the stream casts it), and ``source`` with
+    the read's position.  Read on the JVM (``jvm``,
     streaming/jdbc_read.py) where every column of the table can be, else by Python tasks."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
@@ -275,20 +280,29 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
         log.info("reading %s in Python tasks", spec.qualified_name)
         rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
             partial(arrow_batches, setup, chunks, fields, kinds), schema)
-    texts = [f"base64({quote(f)})" if k == "binary" else f"CAST({quote(f)} AS STRING)"
-             for f, k in zip(fields, kinds, strict=True)]
-    names = ", ".join(sql_text.literal(c.name) for c in table.columns)
-    after = (f"map_from_arrays(array({names}), array({', '.join(texts)}))" if fields
-             else "CAST(map() AS MAP<STRING, STRING>)")
+    targets = {c.name: c for c in spec.columns}
+    values = {}  # each column's value and untyped text: straight from a typed read
+    for column, name, kind in zip(table.columns, fields, kinds, strict=True):
+        target = targets.get(column.name)
+        if target is None:
+            continue
+        if kind != "string" and target.spark_type in (kind, *_WIDER.get(kind, ())):
+            values[column.name] = (f"CAST({quote(name)} AS {target.spark_type})",
+                                   "CAST(NULL AS STRING)")
+        else:
+            text = f"base64({quote(name)})" if kind == "binary" else \
+                f"CAST({quote(name)} AS STRING)"
+            values[column.name] = from_text(target, text, stale=False)
     return rows.selectExpr(
-        "'r' AS op", "CAST(NULL AS MAP<STRING, STRING>) AS before", f"{after} AS after",
-        "CAST(array() AS ARRAY<STRING>) AS unchanged",
+        "'r' AS op",
         f"named_struct('commit_lsn', CAST({setup.load_lsn} AS BIGINT), 'ordinal', _ordinal, "
         f"'table_oid', CAST({spec.oid} AS BIGINT), "
         f"'table_version', {sql_text.literal(spec.version)}, "
         f"'schema', {sql_text.literal(spec.schema)}, "
         f"'table', {sql_text.literal(spec.name)}) AS source",
-        f"{sql_text.literal(spec.version)} AS _version")
+        "CAST(array() AS ARRAY<STRING>) AS unchanged",
+        f"{row_image(spec, values)} AS after").selectExpr(
+        "op", "source", "unchanged", "CASE WHEN false THEN after END AS before", "after")
 
 
 def lake_rows(events: Any, spec: TableSpec) -> Any:

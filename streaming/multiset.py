@@ -84,6 +84,9 @@ from streaming.apply import (
     shape,
     table_path,
 )
+from streaming.decode import content as _content
+from streaming.decode import narrow
+from streaming.decode import untyped as _untyped
 from streaming.evolution import (
     TRUNCATED_PROPERTY,
     cached_property,
@@ -91,7 +94,7 @@ from streaming.evolution import (
     quote,
     table_properties,
 )
-from streaming.schema import COMMIT_LSN, ORDINAL, TEXT, TableSpec, renamed_names
+from streaming.schema import COMMIT_LSN, ORDINAL, TEXT, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -284,14 +287,6 @@ def _stored_watermark(spark: Any, path: str) -> tuple[Position | None, int | Non
     return None if newest is None else (int(newest[0]), int(newest[1])), None
 
 
-def _content(i: int) -> str:
-    return f"_c{i}"
-
-
-def _untyped(i: int) -> str:
-    return f"_u{i}"
-
-
 def _contents(spec: TableSpec) -> list[tuple[str, str, str]]:
     """What makes a row's content: per column, the internal name of its typed value, the
     lake's expression of it (target alias ``t``) and its name; and for a column whose typed
@@ -300,39 +295,26 @@ def _contents(spec: TableSpec) -> list[tuple[str, str, str]]:
     out = []
     for i, column in enumerate(spec.columns):
         out.append((_content(i), quote(column.name), column.name))
-        if column.untyped("x") is not None:
+        if narrow(column):
             out.append((_untyped(i), f"{TEXT}[{sql_text.literal(column.name)}]", column.name))
     return out
 
 
-def _signed_images(events: Any, spec: TableSpec, versions: list[TableSpec] | None) -> Any:
-    """One table's events as ``_op``, position, ``_blind`` (an update or delete without
-    its old row) and the before and after images as structs of the content
-    (:func:`_contents`)."""
-    renames = renamed_names(spec, versions or [])
-    unchanged = "coalesce(unchanged, array())"
-    cases = " ".join(
-        f"WHEN source.table_version = {sql_text.literal(version)} AND u = {sql_text.literal(old)} "
-        f"THEN {sql_text.literal(name)}"
-        for name, by_version in renames.items() for version, old in by_version.items()
-        if old is not None)
-    if cases:  # an unchanged TOASTed column is named as its event's version names it
-        unchanged = f"transform({unchanged}, u -> CASE {cases} ELSE u END)"
-    before: list[str] = []
-    after: list[str] = []
+def _signed_images(events: Any, spec: TableSpec) -> Any:
+    """One table's typed events (streaming/decode.py ``table_events``) as ``_op``,
+    position, ``_blind`` (an update or delete without its old row) and the before and after
+    images as structs of the content (:func:`_contents`): the after image's unchanged
+    TOASTed columns take the before image's values."""
+    after = []
     for i, column in enumerate(spec.columns):
-        old = sql_text.column_text("before", column.name, renames)
-        new = (f"CASE WHEN array_contains({unchanged}, {sql_text.literal(column.name)}) THEN {old} "
-               f"ELSE {sql_text.column_text('after', column.name, renames)} END")
-        for image, text in ((before, old), (after, new)):
-            image.append(f"{sql_text.literal(_content(i))}, {column.cast(text)}")
-            untyped = column.untyped(text)
-            if untyped is not None:
-                image.append(f"{sql_text.literal(_untyped(i))}, {untyped}")
-    return events.where(f"source.table_oid = {spec.oid}").selectExpr(
+        fields = [_content(i)] + ([_untyped(i)] if narrow(column) else [])
+        kept = f"array_contains(unchanged, {sql_text.literal(column.name)})"
+        after += [f"'{f}', CASE WHEN {kept} THEN before.{f} ELSE after.{f} END" for f in fields]
+    before = ", ".join(f"'{f}', before.{f}" for f, _, _ in _contents(spec))
+    return events.selectExpr(
         "op AS _op", f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
         "(op IN ('u', 'd') AND before IS NULL) AS _blind",
-        f"named_struct({', '.join(before)}) AS _before",
+        f"named_struct({before}) AS _before",
         f"named_struct({', '.join(after)}) AS _after")
 
 
@@ -475,7 +457,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     applied, loaded = _APPLIED[path, spec.oid]
     truncated = _parse(cached_property(spark, path, TRUNCATED_PROPERTY))
     floor = max((p for p in (applied, truncated) if p is not None), default=None)
-    rows = _signed_images(events, spec, versions)
+    rows = _signed_images(events, spec)
     if floor is not None:
         rows = rows.where(sql_text.position(*floor, ">"))
     # an event sent twice within the batch counts once
@@ -538,7 +520,7 @@ def apply_multiset(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             _APPLIED[path, spec.oid] = (applied, loaded)
         if changelog:
             with step("changelog"):
-                append_changelog(shape(events, spec, versions), path, idempotence)
+                append_changelog(shape(events, spec), path, idempotence)
         return affected
     finally:
         cached.unpersist()

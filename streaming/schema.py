@@ -8,8 +8,9 @@ a :class:`ColumnSpec` is a column of it as the lake holds it: its Spark type and
 into it.  Which versions exist and in which order they took effect is the catalog's
 business (streaming/catalog.py: the builder's history, replayed).
 
-Column values arrive as text (the JSON envelope's, or an Avro string; sinks/envelope.py)
-and are cast to the Spark type of the column's PostgreSQL type here.  The lake
+Column values arrive as text (the JSON envelope's, or a text-mode Avro string;
+sinks/envelope.py) and are cast to the Spark type of the column's PostgreSQL type here; a
+typed Avro value goes straight into that type (streaming/decode.py).  The lake
 representation per type (tests/integration/test_spark_types.py checks each against
 PostgreSQL):
 

@@ -14,7 +14,7 @@ from sinks.avro import AvroEncoder, value_schema
 from sinks.debezium_json import JsonOptions
 from sinks.envelope import JsonEncoder, envelope
 from sinks.kafka import catalog_record
-from streaming.apply import _SOURCE_READ
+from streaming.decode import SOURCE_READ as _SOURCE_READ
 from streaming.schema import TableSpec
 from tests.unit.test_avro_logical import TABLE, TEXTS, _encoder, _row
 
