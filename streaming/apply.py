@@ -47,6 +47,7 @@ from streaming.decode import (
     header_rows,
     narrow,
     parse_envelopes,
+    parse_parts,
     table_events,
     untyped,
 )
@@ -690,28 +691,54 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
     return [f.result() for f in futures]
 
 
-def _kept(spark: Any, events: Any) -> Any:
-    """A batch's parsed events, kept for the passes over them: in local mode checkpointed
-    on the spot (``localCheckpoint``), which cuts their lineage, so that the many small jobs of
-    the tables' applies ship a small task binary instead of the whole decode (one branch per
-    table version, the writer schema's text in each: 1.5 MiB over 100 tables).  A local
-    checkpoint cannot be computed again if an executor holding it is lost, so on a cluster
-    the events are cached (``persist``) and keep their lineage; in local mode the driver is
-    the executor."""
-    if str(spark.sparkContext.master).startswith("local"):
-        return events.localCheckpoint(eager=True)
-    return events.persist()
+# table versions whose records one job decodes when a batch's events are kept: each
+# version's decode is a branch of the job's plan, which Spark ships to every task with its
+# writer schema (1.2 MiB over 100 versions, past the 1 MiB Spark warns about)
+KEEP_VERSIONS = 25
 
 
-def _release(events: Any) -> None:
-    """Drop what :func:`_kept` kept: the cache, or the local checkpoint's blocks (its RDD's,
-    which no cache manager knows; left alone, they would stay until the driver's garbage
-    collector found them)."""
-    plan = events._jdf.queryExecution().analyzed()  # noqa: SLF001 - the checkpoint's RDD
-    if plan.getClass().getSimpleName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
-    else:
-        events.unpersist()
+@dataclass
+class _Kept:
+    """A batch's parsed events, kept for the passes over them (:func:`_kept`): the frame,
+    and the pieces kept (one per :data:`KEEP_VERSIONS` versions), released at the end."""
+
+    events: Any
+    pieces: list[Any]
+
+
+def _kept(spark: Any, parts: Sequence[Any], parallelism: int) -> _Kept:
+    """A batch's parsed events (the parts of :func:`parse_envelopes`), kept for the passes
+    over them: in local mode checkpointed on the spot (``localCheckpoint``), which cuts their
+    lineage, so that the many small jobs of the tables' applies ship a small task binary
+    instead of the whole decode.  A local checkpoint cannot be computed again if an executor
+    holding it is lost, so on a cluster the events are cached (``persist``) and keep their
+    lineage; in local mode the driver is the executor.  Up to :data:`KEEP_VERSIONS` parts are
+    kept by one job."""
+    local = str(spark.sparkContext.master).startswith("local")
+    pieces = []
+    for start in range(0, len(parts), KEEP_VERSIONS):
+        piece = _union(parts[start:start + KEEP_VERSIONS]).coalesce(parallelism)
+        pieces.append(piece.localCheckpoint(eager=True) if local else piece.persist())
+    return _Kept(_union(pieces).coalesce(parallelism), pieces)
+
+
+def _union(frames: Sequence[Any]) -> Any:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _release(kept: _Kept) -> None:
+    """Drop what :func:`_kept` kept: the caches, or the local checkpoints' blocks (their
+    RDDs', which no cache manager knows; left alone, they would stay until the driver's
+    garbage collector found them)."""
+    for piece in kept.pieces:
+        plan = piece._jdf.queryExecution().analyzed()  # noqa: SLF001 - the checkpoint's RDD
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
+        else:
+            piece.unpersist()
 
 
 def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource, lake: str,
@@ -748,7 +775,7 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
     # and each table's apply would otherwise run a task per table per table
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     rows = header_rows(batch).coalesce(parallelism).persist()
-    events = None
+    kept: _Kept | None = None
     try:
         with step("read"):
             versions = batch_versions(rows)
@@ -769,8 +796,9 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
         with step("catalog"):
             resolved = _resolved(catalog, set() if ddl else
                                  {v for _, v in versions if v is not None})
-        events = _kept(spark, parse_envelopes(batch, resolved.log, rows=rows,
-                                              versions=versions).coalesce(parallelism))
+        kept = _kept(spark, parse_parts(batch, resolved.log, rows=rows, versions=versions),
+                     parallelism)
+        events = kept.events
         with step("decode"):
             try:
                 summary = summarize(events, resolved.log)
@@ -797,9 +825,9 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
                 # versions' records with one version's schema ("Malformed data")
                 pulled = parse_envelopes(earlier(topics), resolved.log).persist()
                 more = pulled.where(wanted)
-                merged = _kept(spark, events.unionByName(more).coalesce(parallelism))
-                _release(events)
-                events = merged
+                merged = _kept(spark, [events.unionByName(more)], parallelism)
+                _release(kept)
+                kept, events = merged, merged.events
                 summary = summarize(events, resolved.log)
                 pulled.unpersist()
             log.info("batch %d: changes of %s under their earlier names read again from %s, "
@@ -846,6 +874,6 @@ def apply_batch(spark: Any, batch: Any, batch_id: int, *, catalog: CatalogSource
             ownership.follow_renamed(spark, resolved, table_path, lake=lake, archive=archive)
         return applied
     finally:
-        if events is not None:
-            _release(events)
+        if kept is not None:
+            _release(kept)
         rows.unpersist()

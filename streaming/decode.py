@@ -145,7 +145,19 @@ def _writer(catalog: CatalogLog | dict[str, TableSpec], version: str) -> TableSp
 
 def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                     versions: list[tuple[str, str | None]] | None = None) -> Any:
-    """Every change of a batch in the columns :data:`EVENT_COLUMNS`, whatever its format.
+    """Every change of a batch in the columns :data:`EVENT_COLUMNS`, whatever its format
+    (the union of :func:`parse_parts`)."""
+    parts = parse_parts(batch, catalog, rows=rows, versions=versions)
+    events = parts[0]
+    for part in parts[1:]:
+        events = events.unionByName(part)
+    return events
+
+
+def parse_parts(batch: Any, catalog: CatalogLog, *, rows: Any = None,
+                versions: list[tuple[str, str | None]] | None = None) -> list[Any]:
+    """Every change of a batch in the columns :data:`EVENT_COLUMNS`, whatever its format:
+    the JSON records in one frame, each Avro version's in one of its own.
 
     Avro values are decoded with the writer schema of the version their
     ``pgcdc.table_version`` header names, one version at a time (in the Confluent wire
@@ -172,10 +184,7 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
         parts.append(_avro_events(part, form, spec))
     if not parts:  # an empty batch: its (empty) rows in the events' shape
         parts.append(_json_events(rows, catalog, []))
-    events = parts[0]
-    for part in parts[1:]:
-        events = events.unionByName(part)
-    return events
+    return parts
 
 
 def _source(decoded: str) -> str:

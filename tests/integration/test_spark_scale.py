@@ -18,7 +18,7 @@ from pgcdc.clone import compare
 from pgcdc.pipeline import Pipeline, PipelineConfig
 from pgcdc.services.kafka import KafkaBroker
 from sinks.kafka import KafkaSink
-from streaming import job
+from streaming import apply, job
 from tests.recording_sink import NoSink
 
 pytestmark = pytest.mark.spark
@@ -82,7 +82,11 @@ def _equal(spark: Any, pg_dsn: str, config: job.JobConfig) -> None:
     assert [r for r in results if not r.equal] == []
 
 
-def test_one_batch_over_many_tables(captured: _Captured, spark: Any, tmp_path: Path) -> None:
+def test_one_batch_over_many_tables(captured: _Captured, spark: Any, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # the batch's events kept in several pieces (a few versions each), as a batch over a
+    # hundred tables is
+    monkeypatch.setattr(apply, "KEEP_VERSIONS", 5)
     pg_dsn = captured.dsn
     config = job.JobConfig(captured.servers, (tmp_path / "lake").as_uri(),
                            (tmp_path / "cp").as_uri(), topic_prefix=captured.prefix,
