@@ -13,10 +13,11 @@ that a backlog of any size is applied in batches the driver's default memory hol
 binds only the batches Spark plans: on restart, Spark runs a batch its checkpoint planned but
 did not commit again with exactly the planned offsets (``MicroBatchExecution.
 populateStartOffsets``), whatever ``maxOffsetsPerTrigger`` says now.  So the first batch of
-a run is measured (per partition, its least and greatest offset), and one larger than the
-bound is applied in pieces of at most about the bound (:func:`pieces`), each read from Kafka
-by its own offset ranges, in offset order, each with Delta idempotent-write ids of its own
-(the query's id plus the piece: a retried piece is skipped by the tables that committed it).
+a run is measured (per partition, its offset range, from its plan: no read), and one larger
+than the bound is applied in pieces of at most about the bound (:func:`pieces`), each read
+from Kafka by its own offset ranges, in offset order, each with Delta idempotent-write ids of
+its own (the query's id plus the piece: a retried piece is skipped by the tables that
+committed it).
 """
 
 from __future__ import annotations
@@ -77,6 +78,39 @@ class JobConfig:
 
 # (topic, partition) -> (first offset, last offset + 1) of a batch
 Ranges = dict[tuple[str, int], tuple[int, int]]
+
+
+def planned_ranges(batch: Any) -> Ranges | None:
+    """The offsets a micro-batch holds, per topic partition, as its plan gives them (the
+    offset ranges of the Kafka scan's input partitions, Spark's ``KafkaBatchInputPartition``,
+    found in the lineage of the RDD ``foreachBatch`` hands over), with no read of the records;
+    None where there is no such scan (another source, another Spark): the batch is then
+    measured (:func:`batch_ranges`)."""
+    try:
+        partitions = []
+        rdds = [batch._jdf.queryExecution().toRdd()]  # noqa: SLF001
+        while rdds:
+            rdd = rdds.pop()
+            if rdd.getClass().getSimpleName() == "DataSourceRDD":
+                for partition in rdd.partitions():
+                    inputs = partition.inputPartitions()
+                    partitions += [inputs.apply(i) for i in range(inputs.size())]
+                continue
+            dependencies = rdd.dependencies()
+            rdds += [dependencies.apply(i).rdd() for i in range(dependencies.size())]
+        out: Ranges = {}
+        for partition in partitions:
+            offsets = partition.offsetRange()
+            where = offsets.topicPartition()
+            low, high = int(offsets.fromOffset()), int(offsets.untilOffset())
+            key = (str(where.topic()), int(where.partition()))
+            if high > low:
+                before = out.get(key, (low, high))
+                out[key] = (min(before[0], low), max(before[1], high))
+        return out if partitions else None
+    except Exception:  # noqa: BLE001 - a plan of another shape: measured instead
+        log.debug("the batch's offsets are not in its plan; measured", exc_info=True)
+        return None
 
 
 def batch_ranges(batch: Any) -> Ranges:
@@ -273,7 +307,9 @@ def start(spark: Any, config: JobConfig,
         split: list[Ranges] = []
         if first[0] and bound:
             with steps("measure"):
-                ranges = batch_ranges(batch)
+                ranges = planned_ranges(batch)
+                if ranges is None:
+                    ranges = batch_ranges(batch)
             size = sum(high - low for low, high in ranges.values())
             if size > bound:
                 split = pieces(ranges, bound)

@@ -138,12 +138,24 @@ def test_oversized_planned_batch_is_applied_in_pieces(
 
     bounded = job.JobConfig(kafka_servers, lake, checkpoint, topic_prefix=topic_prefix,
                             trigger_seconds=None, max_offsets_per_trigger=400)
+    # the planned batch is measured from its plan, without a read, to the offsets a read finds
+    planned: list[Any] = []
+    plan = job.planned_ranges
+
+    def measured(batch: Any) -> Any:
+        ranges = plan(batch)
+        planned.append((ranges, job.batch_ranges(batch)))
+        return ranges
+
+    monkeypatch.setattr(job, "planned_ranges", measured)
     batches: list[int] = []
     with caplog.at_level(logging.INFO, logger="streaming.job"):
         second = job.start(spark, bounded, lambda batch_id, _: batches.append(batch_id))
         second.awaitTermination(600)
     assert second.exception() is None
     assert batches == [0]  # the planned batch, run as planned, none after it
+    assert len(planned) == 1 and planned[0][0] is not None
+    assert planned[0][0] == planned[0][1] and sum(h - lo for lo, h in planned[0][0].values()) > 400
     split = [r.getMessage() for r in caplog.records if "more than max_offsets" in r.message]
     assert len(split) == 1, split
     pieces = [r for r in caplog.records if "batch 0: piece" in r.getMessage()]
