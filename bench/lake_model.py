@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.core
+import hypothesis.errors
 from hypothesis.stateful import run_state_machine_as_test
 
 from pgcdc.services.kafka import KafkaBroker
@@ -57,6 +58,10 @@ from tests.integration.test_lake_model import model_settings
 from tests.lake_model import ENCODINGS, LakeModel, Rig, machine
 
 log = logging.getLogger("bench.lake_model")
+
+# what hypothesis raises in a step to steer the run (a rejected step), not a failure
+_CONTROL = tuple(getattr(hypothesis.errors, name) for name in ("UnsatisfiedAssumption", "StopTest")
+                 if hasattr(hypothesis.errors, name))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,8 +96,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             shutil.copytree(self.program.home, args.keep / self.program.slot,
                                             dirs_exist_ok=True)
 
-                if sys.exc_info()[0] is not None:  # a step failed (the teardown checks nothing)
-                    keep()
+                raised = sys.exc_info()[0]
+                if raised is not None and not issubclass(raised, _CONTROL):  # a step failed
+                    keep()  # (the teardown checks nothing; a rejected step is no failure)
                 try:
                     original(self)
                 except BaseException:
@@ -100,7 +106,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise
 
             bound.teardown = teardown  # type: ignore[method-assign]
-            for batch in range(0, args.programs, args.batch):
+            for batch in range(args.start, args.programs, args.batch):
+                failed.clear()  # a program of an earlier batch that raised but did not fail
                 seed = args.seed * 1_000_003 + batch
                 hypothesis.core.global_force_seed = seed
                 count = min(args.batch, args.programs - batch)
@@ -167,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", type=int, default=100, help="programs to run (100)")
     parser.add_argument("--steps", type=int, default=25, help="at most this many steps each")
     parser.add_argument("--seed", type=int, default=1, help="the run's seed (programs, kills)")
+    parser.add_argument("--start", type=int, default=0,
+                        help="the first program: a run from a later batch (its seed and "
+                             "encoding as in the full run) (0)")
     parser.add_argument("--batch", type=int, default=10,
                         help="programs per hypothesis run: a failure ends its batch (10)")
     parser.add_argument("--no-kills", action="store_true", help="capture without kill -9")

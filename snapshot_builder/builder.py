@@ -374,6 +374,15 @@ class SnapshotBuilder:
         current = self.catalog
         if isinstance(change, RewriteTable):
             self._rewritten.setdefault(change.oid, change.reason)
+            # PostgreSQL rewrites a partitioned table's partitions, never the table itself
+            # (it has no storage): a publication that publishes via the root (the only one
+            # that publishes an ancestor) has the root read again (``rewritten`` keeps
+            # the published ones)
+            table = self.table(change.oid)
+            if table is not None and table.partition_parent is not None:
+                why = f"its partition {table.qualified_name} rewritten ({change.reason})"
+                for ancestor in self._ancestors(table.partition_parent):
+                    self._rewritten.setdefault(ancestor, why)
             return None
         if isinstance(change, TruncatedPartition):
             self._truncated[change.oid] = change.ancestors
