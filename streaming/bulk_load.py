@@ -460,17 +460,22 @@ class LakeLoad(InitialLoad):
         self.progress.tables[spec.oid].started = started
         spark.sparkContext.setJobDescription(f"pgcdc lake load: {spec.qualified_name}")
         from py4j.protocol import Py4JJavaError
+        from pyspark.errors.exceptions.captured import PythonException
 
         failpoints.hit("before_lake_write")
         try:
             rows = lake_rows(envelopes(spark, setup, tasks, spec, self._jvm), spec)
             rows.write.format("delta").mode("append").option("userMetadata", mark)\
                 .option("txnAppId", mark).option("txnVersion", 0).save(path)
-        except Py4JJavaError as exc:  # a task failed (its Python error is in the text)
-            cause = str(exc.java_exception).strip().splitlines()
-            msg = (f"loading {spec.qualified_name} into {path} failed: "
-                   f"{cause[0] if cause else exc}; run the same command again: the load "
-                   "resumes with the tables not loaded yet")
+        except (Py4JJavaError, PythonException) as exc:  # a task failed
+            # a JDBC task's error is the Java exception's first line; a Python task's, the
+            # last line of its traceback (a lost connection, the snapshot gone with a crash)
+            cause = [line for line in str(getattr(exc, "java_exception", exc)).splitlines()
+                     if line.strip()]
+            found = (cause[-1] if isinstance(exc, PythonException) else cause[0]).strip() \
+                if cause else str(exc)
+            msg = (f"loading {spec.qualified_name} into {path} failed: {found}; run the same "
+                   "command again: the load resumes with the tables not loaded yet")
             raise LakeLoadError(msg) from exc
         finally:
             spark.sparkContext.setJobDescription(None)
