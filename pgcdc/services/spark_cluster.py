@@ -74,9 +74,9 @@ class SparkCluster:
     def start(self, timeout: float = 120.0) -> SparkCluster:
         self._launch("master", [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
                                 "--webui-port", str(self.webui_port)])
-        if not wait_for_port(self.port, timeout=timeout):
-            self._fail(f"the Spark master did not listen on port {self.port} "
-                       f"within {timeout:.0f}s")
+        if not wait_for_port(self.port, timeout=timeout) or not self._master_ui(timeout):
+            self._fail(f"the Spark master did not listen on port {self.port} and serve its "
+                       f"web UI on {self.webui_port} within {timeout:.0f}s")
         for index in range(self.workers):
             work = self.worker_dir(index)
             work.mkdir()
@@ -150,6 +150,21 @@ class SparkCluster:
             self._procs.append(subprocess.Popen(
                 [str(self.home / "bin" / "spark-class"), *argv], env=env, cwd=self.base,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _master_ui(self, timeout: float) -> bool:
+        """Whether the master serves its status on :attr:`webui_port` (before the workers
+        start: a worker's web UI, given a free port while the master's was not bound yet,
+        could take it, and the master would move to the next one)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(proc.poll() is not None for proc in self._procs):
+                return False
+            try:
+                self.status()
+                return True
+            except (OSError, ValueError):  # not up yet (ValueError: not its JSON)
+                time.sleep(0.5)
+        return False
 
     def _workers_alive(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -495,7 +495,12 @@ def test_lake_load_through_a_postgres_crash(reader: str, own_pg_server: Postgres
     the stream makes the lake equal to the source, DDL made after the crash included.  The
     tables are read by the JDBC driver, or (a composite column) by Python tasks, whose error
     reaches the driver as another kind of exception (bench seed 71000214000013: exit 1)."""
-    dsn = own_pg_server.dsn()
+    with psycopg.connect(own_pg_server.dsn(), autocommit=True) as conn:
+        # the module's cluster: a database each, and the other variant's slot gone
+        conn.execute(f"CREATE DATABASE crash_{reader}")
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE NOT active")
+    dsn = own_pg_server.dsn(f"crash_{reader}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         tables = _keyless_and_keyed(conn)
         if reader == "python":  # a type the JDBC read leaves to Python tasks
