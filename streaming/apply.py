@@ -49,6 +49,7 @@ from streaming.decode import (
     parse_envelopes,
     parse_parts,
     table_events,
+    union,
     untyped,
 )
 from streaming.evolution import (
@@ -717,16 +718,9 @@ def _kept(spark: Any, parts: Sequence[Any], parallelism: int) -> _Kept:
     local = str(spark.sparkContext.master).startswith("local")
     pieces = []
     for start in range(0, len(parts), KEEP_VERSIONS):
-        piece = _union(parts[start:start + KEEP_VERSIONS]).coalesce(parallelism)
+        piece = union(parts[start:start + KEEP_VERSIONS]).coalesce(parallelism)
         pieces.append(piece.localCheckpoint(eager=True) if local else piece.persist())
-    return _Kept(_union(pieces).coalesce(parallelism), pieces)
-
-
-def _union(frames: Sequence[Any]) -> Any:
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    return _Kept(union(pieces).coalesce(parallelism), pieces)
 
 
 def _release(kept: _Kept) -> None:

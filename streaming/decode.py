@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from core import wire
@@ -147,11 +148,12 @@ def parse_envelopes(batch: Any, catalog: CatalogLog, *, rows: Any = None,
                     versions: list[tuple[str, str | None]] | None = None) -> Any:
     """Every change of a batch in the columns :data:`EVENT_COLUMNS`, whatever its format
     (the union of :func:`parse_parts`)."""
-    parts = parse_parts(batch, catalog, rows=rows, versions=versions)
-    events = parts[0]
-    for part in parts[1:]:
-        events = events.unionByName(part)
-    return events
+    return union(parse_parts(batch, catalog, rows=rows, versions=versions))
+
+
+def union(frames: Sequence[Any]) -> Any:
+    """The frames' rows in one frame, their columns matched by name."""
+    return reduce(lambda out, frame: out.unionByName(frame), frames[1:], frames[0])
 
 
 def parse_parts(batch: Any, catalog: CatalogLog, *, rows: Any = None,
@@ -391,10 +393,7 @@ def table_events(events: Any, spec: TableSpec, versions: Sequence[TableSpec],
         branches.append(decoded.selectExpr(
             "op", "source", f"{_unchanged(renames, version)} AS unchanged",
             f"{images(BEFORE)} AS {BEFORE}", f"{images(AFTER)} AS {AFTER}"))
-    out = branches[0]
-    for branch in branches[1:]:
-        out = out.unionByName(branch)
-    return out
+    return union(branches)
 
 
 @dataclass(frozen=True)

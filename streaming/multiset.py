@@ -305,17 +305,15 @@ def _signed_images(events: Any, spec: TableSpec) -> Any:
     position, ``_blind`` (an update or delete without its old row) and the before and after
     images as structs of the content (:func:`_contents`): the after image's unchanged
     TOASTed columns take the before image's values."""
-    after = []
-    for i, column in enumerate(spec.columns):
-        fields = [_content(i)] + ([_untyped(i)] if narrow(column) else [])
-        kept = f"array_contains(unchanged, {sql_text.literal(column.name)})"
-        after += [f"'{f}', CASE WHEN {kept} THEN before.{f} ELSE after.{f} END" for f in fields]
-    before = ", ".join(f"'{f}', before.{f}" for f, _, _ in _contents(spec))
+    contents = _contents(spec)
+    before = ", ".join(f"'{f}', before.{f}" for f, _, _ in contents)
+    after = ", ".join(f"'{f}', CASE WHEN array_contains(unchanged, {sql_text.literal(name)}) "
+                      f"THEN before.{f} ELSE after.{f} END" for f, _, name in contents)
     return events.selectExpr(
         "op AS _op", f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
         "(op IN ('u', 'd') AND before IS NULL) AS _blind",
         f"named_struct({before}) AS _before",
-        f"named_struct({', '.join(after)}) AS _after")
+        f"named_struct({after}) AS _after")
 
 
 def _null_safe(left: Any, right: Any, names: list[str]) -> Any:

@@ -1,7 +1,7 @@
-"""Spark SQL text the apply builds its statements from: literals, positions, a column's
-text under the name an event's version gave it, and a row's :data:`~streaming.schema.TEXT`
-map.  Shared by the keyed apply (streaming/apply.py), the multiset apply of keyless
-tables (streaming/multiset.py) and the lake's initial load (streaming/bulk_load.py)."""
+"""Spark SQL text the apply builds its statements from: literals, positions, and a row's
+:data:`~streaming.schema.TEXT` map.  Shared by the keyed apply (streaming/apply.py), the
+multiset apply of keyless tables (streaming/multiset.py) and the lake's initial load
+(streaming/bulk_load.py)."""
 
 from __future__ import annotations
 
@@ -21,19 +21,6 @@ def position(lsn: int, ordinal: int, op: str,
     (strictly: ``<`` or ``>``) to the given one."""
     at, number = columns
     return f"{at} {op} {lsn} OR ({at} = {lsn} AND {number} {op} {ordinal})"
-
-
-def column_text(side: str, name: str, renames: dict[str, dict[str, str | None]]) -> str:
-    """The text of column ``name`` in ``before`` or ``after`` (``side``), under the name
-    the event's version gave it (``renames``: :func:`streaming.schema.renamed_names`)."""
-    current = f"{side}[{literal(name)}]"
-    if name not in renames:
-        return current
-    cases = " ".join(
-        f"WHEN {literal(version)} THEN "
-        + (f"{side}[{literal(old)}]" if old is not None else "CAST(NULL AS STRING)")
-        for version, old in renames[name].items())
-    return f"CASE source.table_version {cases} ELSE {current} END"
 
 
 def text_map(entries: list[tuple[str, str]]) -> str:
