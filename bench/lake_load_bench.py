@@ -30,14 +30,14 @@ from pathlib import Path
 from bench.initial_load_bench import copy_sequential, create_tables
 from loads.initial_load import LoadConfig
 from pgcdc.services.postgres import PostgresServer
-from streaming.bulk_load import load_lake
+from streaming.bulk_load import LAKE_CHUNK_PAGES, load_lake
 from streaming.session import build_session
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--chunk-pages", type=int, default=1024)
+    parser.add_argument("--chunk-pages", type=int, default=LAKE_CHUNK_PAGES)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway server)")
     parser.add_argument("--smoke", action="store_true",

@@ -152,6 +152,10 @@ class LoadNotDurableError(TransientError):
     """The sink did not make the load's events durable in time."""
 
 
+# pages per chunk, the unit of resuming, by default (8 MB with 8 kB blocks)
+CHUNK_PAGES = 1024
+
+
 @dataclass
 class LoadConfig:
     dsn: str
@@ -167,7 +171,7 @@ class LoadConfig:
     # 0: reader threads in this process, writing to the sink given to InitialLoad
     workers: int = 0
     sink_factory: SinkFactory | None = None
-    chunk_pages: int = 1024  # pages per chunk (8 MB with 8 kB blocks)
+    chunk_pages: int = CHUNK_PAGES  # pages per chunk (8 MB with 8 kB blocks)
     batch_rows: int = 1000  # events per batch handed from a reader to the writer
     lock_timeout: float = 10.0  # seconds a reader waits for a table lock before giving up
     flush_timeout: float = 120.0
@@ -566,6 +570,10 @@ class InitialLoad:
         except (psycopg.errors.LockNotAvailable, psycopg.errors.UndefinedTable) as exc:
             raise lock_error(exc) from exc
 
+    def _chunk_pages(self, pages: int, chunk_pages: int) -> int:
+        """The pages per chunk of a table of ``pages`` pages (at most ``chunk_pages``)."""
+        return chunk_pages
+
     def _plan(self, state: LoadState, catalog: dict[int, PublishedTable],
               loading: list[TableState], coordinator: Conn) -> list[ChunkTask]:
         """This attempt's tasks: every chunk of every table not complete (module docstring).
@@ -583,10 +591,13 @@ class InitialLoad:
                 if table.chunks:
                     log.warning("table %s was rewritten during its initial load; it is read "
                                 "again in full", table.qualified_name)
-                table.chunks = plan_chunks(published.pages, chunk_pages, whole=whole)
+                table.chunks = plan_chunks(published.pages,
+                                           self._chunk_pages(published.pages, chunk_pages),
+                                           whole=whole)
                 table.relfilenode = published.relfilenode
             elif not whole:
-                extend_tail(table, published.pages, chunk_pages)
+                extend_tail(table, published.pages,
+                            self._chunk_pages(published.pages, chunk_pages))
             table.schema, table.name = published.table.schema, published.table.name
             decoder = decoders.decoder(published.table)
             for index, chunk in enumerate(table.chunks):

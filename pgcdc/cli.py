@@ -327,7 +327,8 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                              "connection and its own producer (default: one per CPU); 0: "
                              "--readers threads in this process")
     parser.add_argument("--chunk-pages", type=int,
-                        help="pages per chunk, the unit of resuming (default 1024)")
+                        help="pages per chunk, the unit of resuming (default 1024); with "
+                             "--lake a Spark task's read (default 16384, 128 MB)")
 
 
 def _catalog_option(parser: argparse.ArgumentParser, *,

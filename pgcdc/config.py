@@ -397,7 +397,8 @@ class LoadSettings(_Section):
     initial: bool = False
     readers: int = Field(default=4, ge=1)
     workers: int | None = Field(default=None, ge=0)  # processes; None: one per CPU; 0: threads
-    chunk_pages: int = Field(default=1024, ge=1)
+    # pages per chunk; None: the load's own default (1024 into Kafka, 16384 into the lake)
+    chunk_pages: int | None = Field(default=None, ge=1)
     incremental: bool = False  # pgcdc run serves incremental snapshots (pgcdc.signal)
     incremental_chunk_rows: int = Field(default=1024, ge=1)
 

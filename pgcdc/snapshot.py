@@ -41,7 +41,7 @@ def initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool:
     is unfinished."""
     from functools import partial
 
-    from loads.initial_load import InitialLoad, LoadConfig, run_until_signalled
+    from loads.initial_load import CHUNK_PAGES, InitialLoad, LoadConfig, run_until_signalled
 
     progress_file, catalog_dir, state_file = slot_paths(settings)
     source = settings.source
@@ -57,7 +57,7 @@ def initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool:
                                   readers=settings.load.readers,
                                   workers=workers if separate else 0,
                                   sink_factory=partial(build_sink, settings),
-                                  chunk_pages=settings.load.chunk_pages,
+                                  chunk_pages=settings.load.chunk_pages or CHUNK_PAGES,
                                   progress_file=progress_file, catalog_dir=catalog_dir), sink)
     if only_pending and not load.pending():
         return True
@@ -67,7 +67,7 @@ def initial_load(settings: Settings, sink: Sink, *, only_pending: bool) -> bool:
 def lake_snapshot_command(settings: Settings, lake: str, master: str) -> int:
     """``pgcdc snapshot --lake``: the initial load straight into Delta (streaming/bulk_load.py)."""
     from loads.initial_load import LoadConfig
-    from streaming.bulk_load import load_lake
+    from streaming.bulk_load import LAKE_CHUNK_PAGES, load_lake
 
     preflight(settings)
     progress_file, catalog_dir, state_file = slot_paths(settings)
@@ -75,7 +75,8 @@ def lake_snapshot_command(settings: Settings, lake: str, master: str) -> int:
     config = LoadConfig(source.conninfo(), state_file, slot=source.slot,
                         publication=source.publication, tables=source.tables,
                         readers=settings.load.readers,  # tables written at once
-                        chunk_pages=settings.load.chunk_pages, progress_file=progress_file,
+                        chunk_pages=settings.load.chunk_pages or LAKE_CHUNK_PAGES,
+                        progress_file=progress_file,
                         catalog_dir=catalog_dir)
     if load_lake(config, lake, master=None if master == "none" else master,
                  topic_prefix=settings.sink.topic_prefix):

@@ -195,6 +195,16 @@ _ARROW = {"boolean": "bool_", "int": "int32", "bigint": "int64", "float": "float
 # Spark's own settings for compiled expressions (streaming/session.py turns them off)
 COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
+# pages per chunk of a lake load (128 MB with 8 kB blocks, Spark's own partition size): a
+# chunk is a Spark task and a Parquet file, and a table is read again whole when a load
+# resumes, so chunks are not the unit of resuming here.  Each task opens a connection,
+# imports the snapshot and writes a file with its statistics; 16384 pages load 1.5 x faster
+# than 1024 (docs/benchmarks.md, "The lake load")
+LAKE_CHUNK_PAGES = 16384
+# but a table gets as many chunks as Spark runs tasks at once, down to chunks of this many
+# pages: a table of one chunk would be read by one core while the others wait for it
+MIN_TASK_PAGES = 1024
+
 # rows per Arrow batch a task hands to the JVM
 ARROW_BATCH_ROWS = 8192
 
@@ -272,27 +282,23 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     chunks = [(t.index, t.chunk.start, t.chunk.end) for t in tasks]
     if jvm is not None and jdbc_read.readable(table, jvm.enums, setup.table.row_filter):
         log.info("reading %s with the JDBC driver", spec.qualified_name)
-        rows = jdbc_read.chunk_rows(
-            spark, jvm.source, table=table, row_filter=setup.table.row_filter,
+        rows, values = jdbc_read.chunk_rows(
+            spark, jvm.source, spec=spec, row_filter=setup.table.row_filter,
             snapshot=setup.snapshot, lock_timeout_ms=setup.lock_timeout_ms, chunks=chunks,
-            attempt=setup.attempt, fields=fields, kinds=kinds, enums=jvm.enums)
+            attempt=setup.attempt, enums=jvm.enums)
     else:  # one task per chunk: a range of chunk numbers, each partition reading its own
         log.info("reading %s in Python tasks", spec.qualified_name)
         rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
             partial(arrow_batches, setup, chunks, fields, kinds), schema)
-    targets = {c.name: c for c in spec.columns}
-    values = {}  # each column's value and untyped text: straight from a typed read
-    for column, name, kind in zip(table.columns, fields, kinds, strict=True):
-        target = targets.get(column.name)
-        if target is None:
-            continue
-        if kind != "string" and target.spark_type in (kind, *_WIDER.get(kind, ())):
-            values[column.name] = (f"CAST({quote(name)} AS {target.spark_type})",
-                                   "CAST(NULL AS STRING)")
-        else:
-            text = f"base64({quote(name)})" if kind == "binary" else \
-                f"CAST({quote(name)} AS STRING)"
-            values[column.name] = from_text(target, text, stale=False)
+        values = {}  # each column's value and untyped text: straight from a typed read
+        for column, name, kind in zip(spec.columns, fields, kinds, strict=True):
+            if kind != "string" and column.spark_type in (kind, *_WIDER.get(kind, ())):
+                values[column.name] = (f"CAST({quote(name)} AS {column.spark_type})",
+                                       "CAST(NULL AS STRING)")
+            else:
+                text = f"base64({quote(name)})" if kind == "binary" else \
+                    f"CAST({quote(name)} AS STRING)"
+                values[column.name] = from_text(column, text, stale=False)
     return rows.selectExpr(
         "'r' AS op",
         f"named_struct('commit_lsn', CAST({setup.load_lsn} AS BIGINT), 'ordinal', _ordinal, "
@@ -336,12 +342,21 @@ class LakeLoad(InitialLoad):
         self.spark = spark.newSession()
         for name, value in COMPILED.items():
             self.spark.conf.set(name, value)
+        # the JVM's reads make timestamps without a zone from microseconds through UTC
+        # (streaming/jdbc_read.py), as the stream does (streaming/session.py)
+        self.spark.conf.set("spark.sql.session.timeZone", "UTC")
         self.lake = lake
         self.topic_prefix = topic_prefix
         self.tables_at_once = config.readers  # tables loaded at once (their tasks: Spark's)
         self._task_snapshot: str | None = None
         self._slot_snapshot = False  # the tasks read under the slot's exported snapshot
         self._jvm: _Jvm | None = None
+
+    def _chunk_pages(self, pages: int, chunk_pages: int) -> int:
+        """Chunks of at most ``chunk_pages``, at least as many as Spark's parallelism
+        down to :data:`MIN_TASK_PAGES` pages (module docstring)."""
+        parallelism = max(1, int(self.spark.sparkContext.defaultParallelism))
+        return min(chunk_pages, max(MIN_TASK_PAGES, -(-pages // parallelism)))
 
     def _check_no_keyless(self, tables: list[PublishedTable], *, planned: bool) -> None:
         """A resumed lake load reads each keyless table at a cut of its own (:meth:`_cut`)."""

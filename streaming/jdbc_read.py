@@ -1,26 +1,31 @@
 """The lake load's chunks read on the JVM: Spark's JDBC source (PostgreSQL's JDBC driver),
 one partition per chunk, inside the load's exported snapshot, for the tables whose every
-column PostgreSQL itself can give as the Avro sink's value (:func:`column_sql`).
+column PostgreSQL itself can give in its lake type (:func:`column_read`).
 
 The Python tasks of streaming/bulk_load.py (COPY, the stream's decoders, Arrow batches) cost
-most of a lake load; here no row passes through Python.  What each column must give is
-what :func:`streaming.bulk_load.avro_row` gives for it, or a text the stream's casts
-(:meth:`streaming.schema.ColumnSpec.cast`) turn into the same lake value:
+most of a lake load; here no row passes through Python, and the values arrive typed: each
+column is read as the lake holds it, or as a number the lake value is made of in one step,
+never as a text Spark must parse.  What each column gives (:func:`column_read`) lands as the
+same lake value as the Python tasks' read, which is the stream's (:func:`lake_value`):
 
-* ``bool``, ``int2``, ``int4``, ``int8``, ``float8``, ``bytea``: the value itself (JDBC's
-  types are the Avro sink's); ``oid`` as ``int8``;
-* the types whose stream decoder keeps PostgreSQL's text (``text``, ``varchar``,
-  ``bpchar`` with its padding, ``name``, ``"char"``, ``json``, ``jsonb``, ``xml``,
-  ``macaddr``, ``macaddr8``, ``bit``, ``varbit``, ``tsvector``, ``tsquery``, enums), and
-  ``uuid`` (whose decoded value prints as PostgreSQL prints it) and ``date`` (ISO 8601 is
-  PostgreSQL's ``DateStyle`` ISO; ``infinity``, BC and years past 9999 are the server's text
-  in both): the type's output text (``format('%s', c)``, which keeps ``bpchar``'s padding
-  where a cast to text drops it);
-* ``numeric(p,s)`` of a Spark decimal: its text (the same decimal; ``NaN`` and the
-  infinities spelled as Python's ``Decimal`` spells them);
-* ``timestamptz`` and ``timestamp``: ISO 8601 in UTC (``2024-02-29T13:14:15.500000Z``) for
-  a year from 1 to 9999, which Python holds, else the server's text (``infinity``, BC, a
-  year past 9999), which the stream's decoder keeps too;
+* ``bool``, ``int2``, ``int4``, ``int8``, ``float8``, ``bytea``: the value itself; ``oid``
+  as ``int8``;
+* ``numeric(p,s)`` of a Spark decimal: the decimal, read as ``decimal(p,s)``; a ``NaN``
+  (which no Spark decimal holds) NULL, with the text ``NaN`` beside it (the row's
+  ``_pgcdc_text`` entry, as the stream gives it);
+* ``date``: its days since 1970-01-01 (``date_from_unix_date``, the typed Avro read's way:
+  streaming/decode.py); ``infinity`` and ``-infinity`` the greatest and least int, which
+  are the stream's greatest and least dates;
+* ``timestamptz`` and ``timestamp``: their microseconds since 1970-01-01 00:00 UTC (for
+  ``timestamp``, its nominal time as if in UTC) exactly (``EXTRACT(epoch ...)`` is a
+  numeric), through ``timestamp_micros``; the infinities the greatest and least long; a
+  value past Spark's greatest timestamp (PostgreSQL goes 30 years further) NULL, with the
+  server's text beside it, as the stream keeps it;
+* ``text`` and ``varchar`` as they are; the types whose stream decoder keeps PostgreSQL's
+  text (``bpchar`` with its padding, ``name``, ``"char"``, ``json``, ``jsonb``, ``xml``,
+  ``macaddr``, ``macaddr8``, ``bit``, ``varbit``, ``tsvector``, ``tsquery``, enums) and
+  ``uuid`` (whose decoded value prints as PostgreSQL prints it): the type's output text
+  (``format('%s', c)``, which keeps ``bpchar``'s padding where a cast to text drops it);
 * ``int2[]``, ``int4[]``, ``int8[]``: ``array_to_json``, the JSON of the stream's lists
   (``[[1,null],[3,4]]``: nested arrays nested, NULL elements ``null``, lower bounds dropped).
 
@@ -59,20 +64,21 @@ from decoder.values import FIRST_NORMAL_OID
 from loads.load_state import CHUNK_BITS, MAX_CHUNK_ROWS, ROW_BITS, ordinal
 from snapshot_builder.catalog import Column, TableVersion
 from streaming import sql_text
-from streaming.evolution import quote
-from streaming.schema import ColumnSpec
+from streaming.schema import ColumnSpec, TableSpec
 
 # PostgreSQL's JDBC driver (in streaming/session.py's packages)
 DRIVER = "org.postgresql.Driver"
 DISABLE_ENV = "PGCDC_LAKE_LOAD_JDBC"  # =0: every table read by the Python tasks
 FETCH_ROWS = 10_000  # rows per round trip of a task's cursor
 
-_NATIVE = frozenset({"bool", "int2", "int4", "int8", "float8", "bytea"})
-_OUTPUT_TEXT = frozenset({"text", "varchar", "bpchar", "name", "char", "json", "jsonb", "xml",
-                          "macaddr", "macaddr8", "bit", "varbit", "tsvector", "tsquery", "uuid",
-                          "date"})
-_TIMESTAMPS = {"timestamptz": ("AT TIME ZONE 'UTC'", "timestamptz", "+00"),
-               "timestamp": ("", "timestamp", "")}
+# the types JDBC reads as the lake holds them, and their Spark types
+_NATIVE = {"bool": "boolean", "int2": "smallint", "int4": "int", "int8": "bigint",
+           "float8": "double", "bytea": "binary"}
+_OUTPUT_TEXT = frozenset({"bpchar", "name", "char", "json", "jsonb", "xml", "macaddr",
+                          "macaddr8", "bit", "varbit", "tsvector", "tsquery", "uuid"})
+# per timestamp type: its name, the offset of a literal of it, the read's lake conversion
+_TIMESTAMPS = {"timestamptz": ("timestamptz", "+00", "micros"),
+               "timestamp": ("timestamp", "", "micros_ntz")}
 _INT_ARRAYS = frozenset({"_int2", "_int4", "_int8"})
 # libpq parameters the driver is given as properties, by the same name
 _TLS = ("sslmode", "sslrootcert")
@@ -136,38 +142,86 @@ def probe(spark: Any, source: JdbcSource) -> str:
     return ""
 
 
-def column_sql(column: Column, enums: frozenset[int]) -> str | None:
-    """The SQL of a column's value as the Avro sink's (module docstring), or None."""
+@dataclass(frozen=True)
+class ColumnRead:
+    """One column as the JVM reads it: what PostgreSQL sends (``sql``, read as the Spark type
+    ``kind``), how that becomes the column's lake value (``lake``: ``cast`` to the lake type,
+    ``micros`` or ``micros_ntz`` through ``timestamp_micros``, ``days`` through
+    ``date_from_unix_date``), and, for a value the lake type may not hold, PostgreSQL's text
+    of it sent beside (``text_sql``, NULL for every other value)."""
+
+    sql: str
+    kind: str
+    lake: str = "cast"
+    text_sql: str | None = None
+
+
+# Spark's greatest timestamp (the greatest long of microseconds): PostgreSQL's go further
+_SPARK_GREATEST = "294247-01-10 04:00:54.775807"
+_LONG_MAX, _LONG_MIN = "9223372036854775807", "(-9223372036854775807 - 1)"
+_INT_MAX, _INT_MIN = "2147483647", "(-2147483647 - 1)"
+
+
+def column_read(column: Column, enums: frozenset[int]) -> ColumnRead | None:
+    """How the JVM reads ``column`` (module docstring), or None where it does not."""
     ident = _ident(column.name)
     builtin = column.type_name if column.type_oid < FIRST_NORMAL_OID else None
     if builtin in _NATIVE:
-        return ident
+        return ColumnRead(ident, _NATIVE[builtin])
     if builtin == "oid":
-        return f"{ident}::pg_catalog.int8"
+        return ColumnRead(f"{ident}::pg_catalog.int8", "bigint")
+    if builtin in ("text", "varchar"):
+        return ColumnRead(ident, "string")
     if builtin in _OUTPUT_TEXT or column.type_oid in enums:
         # the type's output text (format's %s); format gives '' for NULL
-        return f"CASE WHEN {ident} IS NOT NULL THEN pg_catalog.format('%s', {ident}) END"
+        return ColumnRead(
+            f"CASE WHEN {ident} IS NOT NULL THEN pg_catalog.format('%s', {ident}) END", "string")
     if builtin == "numeric":
         spark_type = ColumnSpec(column).spark_type
-        return f"{ident}::pg_catalog.text" if spark_type.startswith("decimal") else None
+        if not spark_type.startswith("decimal"):
+            return None
+        nan = f"{ident} = 'NaN'::pg_catalog.numeric"
+        return ColumnRead(f"CASE WHEN {nan} THEN NULL ELSE {ident} END", spark_type,
+                          text_sql=f"CASE WHEN {nan} THEN 'NaN' END")
+    if builtin == "date":
+        return ColumnRead(
+            f"CASE WHEN pg_catalog.isfinite({ident}) "
+            f"THEN {ident} - '1970-01-01'::pg_catalog.date "
+            f"WHEN {ident} > '1970-01-01'::pg_catalog.date THEN {_INT_MAX} "
+            f"WHEN {ident} IS NOT NULL THEN {_INT_MIN} END", "int", "days")
     if builtin in _TIMESTAMPS:
-        zone, kind, offset = _TIMESTAMPS[builtin]
-        iso = (f"pg_catalog.to_char({ident} {zone}, "
-               "'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
-               + (" || 'Z'" if offset else ""))
-        return (f"CASE WHEN {ident} >= '0001-01-01 00:00:00{offset}'::pg_catalog.{kind} "
-                f"AND {ident} < '10000-01-01 00:00:00{offset}'::pg_catalog.{kind} "
-                f"THEN {iso} ELSE {ident}::pg_catalog.text END")
+        kind, offset, lake = _TIMESTAMPS[builtin]
+        greatest = f"'{_SPARK_GREATEST}{offset}'::pg_catalog.{kind}"
+        finite = f"pg_catalog.isfinite({ident})"
+        return ColumnRead(
+            f"CASE WHEN {finite} AND {ident} <= {greatest} "
+            f"THEN (EXTRACT(epoch FROM {ident}) * 1000000)::pg_catalog.int8 "
+            f"WHEN {finite} THEN NULL "
+            f"WHEN {ident} > {greatest} THEN {_LONG_MAX} "
+            f"WHEN {ident} IS NOT NULL THEN {_LONG_MIN} END", "bigint", lake,
+            text_sql=f"CASE WHEN {finite} AND {ident} > {greatest} "
+                     f"THEN {ident}::pg_catalog.text END")
     if builtin in _INT_ARRAYS:
-        return f"pg_catalog.array_to_json({ident})::pg_catalog.text"
+        return ColumnRead(f"pg_catalog.array_to_json({ident})::pg_catalog.text", "string")
     return None
 
 
+def lake_value(read: ColumnRead, value: str, text: str, column: ColumnSpec) -> tuple[str, str]:
+    """The Spark SQL of a read column's lake value and untyped text (streaming/decode.py
+    :func:`~streaming.decode.untyped`), from the read's fields ``value`` and ``text``."""
+    lake = {"cast": f"CAST({value} AS {column.spark_type})",
+            "micros": f"timestamp_micros({value})",
+            # (the load's session zone is UTC: streaming/bulk_load.py)
+            "micros_ntz": f"CAST(timestamp_micros({value}) AS TIMESTAMP_NTZ)",
+            "days": f"date_from_unix_date({value})"}[read.lake]
+    return lake, text if read.text_sql is not None else "CAST(NULL AS STRING)"
+
+
 def readable(table: TableVersion, enums: frozenset[int], row_filter: str | None = None) -> bool:
-    """Whether every column of ``table`` has a :func:`column_sql`, and the publication's row
+    """Whether every column of ``table`` has a :func:`column_read`, and the publication's row
     filter has no ``?`` (an operator of jsonb's, which the driver would take for a parameter
     of the statement)."""
-    return all(column_sql(c, enums) is not None for c in table.columns) and \
+    return all(column_read(c, enums) is not None for c in table.columns) and \
         "?" not in (row_filter or "")
 
 
@@ -200,21 +254,28 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def chunk_rows(spark: Any, source: JdbcSource, *,
-               table: TableVersion, row_filter: str | None, snapshot: str, lock_timeout_ms: int,
-               chunks: list[tuple[int, int, int | None]], attempt: int, fields: list[str],
-               kinds: list[str], enums: frozenset[int]) -> Any:
-    """The rows of ``chunks`` (index, first page, end page or None) of ``table``: a column
-    per field of Spark type ``kinds`` (streaming/bulk_load.py's), then ``_ordinal``; one
-    Spark partition per chunk."""
-    exprs = []
-    for column, field in zip(table.columns, fields, strict=True):
-        expr = column_sql(column, enums)
-        assert expr is not None, column
-        exprs.append(f"{expr} AS {_ident(field)}")
+def chunk_rows(spark: Any, source: JdbcSource, *, spec: TableSpec, row_filter: str | None,
+               snapshot: str, lock_timeout_ms: int, chunks: list[tuple[int, int, int | None]],
+               attempt: int, enums: frozenset[int]) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """The rows of ``chunks`` (index, first page, end page or None) of ``spec``'s table, one
+    Spark partition per chunk: the columns as read (``_v<i>``, and ``_t<i>`` beside where
+    :attr:`ColumnRead.text_sql` is), then ``_ordinal``; and per column name the Spark SQL of
+    its lake value and untyped text from them (:func:`lake_value`)."""
+    selects, schema, values = [], [], {}
+    for i, column in enumerate(spec.columns):
+        read = column_read(column.column, enums)
+        assert read is not None, column
+        value, text = f"_v{i}", f"_t{i}"
+        selects.append(f"{read.sql} AS {value}")
+        schema.append(f"{value} {read.kind}")
+        if read.text_sql is not None:
+            selects.append(f"{read.text_sql} AS {text}")
+            schema.append(f"{text} string")
+        values[column.name] = lake_value(read, value, text, column)
     where = f"WHERE ({row_filter})" if row_filter is not None else ""
-    query = (f"(SELECT {', '.join([*exprs, 'ctid AS pgcdc_ctid'])} "
-             f"FROM {quoted_table_name(table.schema, table.name)} {where}) AS pgcdc_chunk")
+    table = quoted_table_name(spec.schema, spec.name)
+    query = (f"(SELECT {', '.join([*selects, 'ctid AS pgcdc_ctid'])} "
+             f"FROM {table} {where}) AS pgcdc_chunk")
     predicates = []
     for _, start, end in chunks:
         bound = f"pgcdc_ctid >= '({start},0)'::pg_catalog.tid"
@@ -222,17 +283,19 @@ def chunk_rows(spark: Any, source: JdbcSource, *,
             bound += f" AND pgcdc_ctid < '({end},0)'::pg_catalog.tid"
         predicates.append(bound)
     properties = {**source.properties, "fetchsize": str(FETCH_ROWS),
-                  "sessionInitStatement": session_init(snapshot, lock_timeout_ms)}
+                  "sessionInitStatement": session_init(snapshot, lock_timeout_ms),
+                  # the read's own types (a decimal's precision and scale; no guess from the
+                  # result's metadata)
+                  "customSchema": ", ".join(schema)}
     rows = spark.read.jdbc(source.url, query, predicates=predicates, properties=properties)
     # the row's place in its partition (= chunk): the low bits of monotonically_increasing_id
     place = "(monotonically_increasing_id() & 8589934591)"
     bases = ", ".join(f"CAST({ordinal(attempt, index, 0)} AS BIGINT)" for index, _, _ in chunks)
     too_large = sql_text.literal(
-        f"a chunk of {table.schema}.{table.name} holds more than {MAX_CHUNK_ROWS} rows: "
+        f"a chunk of {spec.qualified_name} holds more than {MAX_CHUNK_ROWS} rows: "
         "load again with a smaller chunk size (chunk_pages)")
     position = (f"CASE WHEN {place} >= {MAX_CHUNK_ROWS} THEN raise_error({too_large}) "
                 f"ELSE element_at(array({bases}), spark_partition_id() + 1) + {place} END")
     assert CHUNK_BITS + ROW_BITS < 63
-    columns = [f"CAST({quote(f)} AS {k}) AS {quote(f)}"
-               for f, k in zip(fields, kinds, strict=True)]
-    return rows.selectExpr(*columns, f"CAST({position} AS BIGINT) AS _ordinal")
+    return rows.selectExpr(*(s.split(" ")[0] for s in schema),
+                           f"CAST({position} AS BIGINT) AS _ordinal"), values

@@ -30,7 +30,7 @@ from pgcdc.services.postgres import PostgresServer
 from sinks.kafka import KafkaSink
 from streaming import job
 from streaming.apply import apply_batch
-from streaming.bulk_load import LakeNotEmptyError, load_lake, marker
+from streaming.bulk_load import LakeNotEmptyError, load_lake, marker, spec_of
 from streaming.evolution import quote, table_properties
 from streaming.multiset import APPLIED_PROPERTY, LOADED_PROPERTY, OCCURRENCE
 from streaming.schema import COMMIT_LSN, ORDINAL, TEXT
@@ -374,10 +374,12 @@ def test_jdbc_read_is_inside_the_snapshot(pg_conn: Conn, pg_dsn: str, spark: Any
         assert source is not None, why
         assert jdbc_read.probe(spark, source) == ""
         chunks = [(0, 0, 4), (1, 4, 8), (2, 8, None)]
-        rows = jdbc_read.chunk_rows(
-            spark, source, table=table, row_filter="id <> 7", snapshot=str(exported[0]),
-            lock_timeout_ms=1000, chunks=chunks, attempt=3, fields=["id", "v"],
-            kinds=["int", "string"], enums=frozenset()).collect()
+        frame, values = jdbc_read.chunk_rows(
+            spark, source, spec=spec_of(table, 0), row_filter="id <> 7",
+            snapshot=str(exported[0]), lock_timeout_ms=1000, chunks=chunks, attempt=3,
+            enums=frozenset())
+        rows = frame.selectExpr(f"{values['id'][0]} AS id", f"{values['v'][0]} AS v",
+                                "_ordinal").collect()
     assert sorted(r["id"] for r in rows) == [i for i in range(1, 3001) if i != 7]
     assert {r["v"] for r in rows} == {"old"}
     ordinals = [r["_ordinal"] for r in rows]

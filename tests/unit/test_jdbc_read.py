@@ -19,14 +19,18 @@ def _column(type_name: str, type_oid: int, typmod: int = -1) -> Column:
     return Column("c", type_oid, type_name, typmod, False)
 
 
+_FORMAT = """CASE WHEN "c" IS NOT NULL THEN pg_catalog.format('%s', "c") END"""
+
+
 @pytest.mark.parametrize(("type_name", "type_oid", "typmod", "expected"), [
-    ("int4", 23, -1, '"c"'),
-    ("bytea", 17, -1, '"c"'),
-    ("oid", 26, -1, '"c"::pg_catalog.int8'),
-    ("bpchar", 1042, 9, """CASE WHEN "c" IS NOT NULL THEN pg_catalog.format('%s', "c") END"""),
-    ("mood", ENUM, -1, """CASE WHEN "c" IS NOT NULL THEN pg_catalog.format('%s', "c") END"""),
-    ("numeric", 1700, (10 << 16 | 2) + 4, '"c"::pg_catalog.text'),
-    ("_int8", 1016, -1, 'pg_catalog.array_to_json("c")::pg_catalog.text'),
+    ("int4", 23, -1, ('"c"', "int", "cast")),
+    ("int2", 21, -1, ('"c"', "smallint", "cast")),
+    ("bytea", 17, -1, ('"c"', "binary", "cast")),
+    ("oid", 26, -1, ('"c"::pg_catalog.int8', "bigint", "cast")),
+    ("text", 25, -1, ('"c"', "string", "cast")),
+    ("bpchar", 1042, 9, (_FORMAT, "string", "cast")),
+    ("mood", ENUM, -1, (_FORMAT, "string", "cast")),
+    ("_int8", 1016, -1, ('pg_catalog.array_to_json("c")::pg_catalog.text', "string", "cast")),
     # not read on the JVM: a string lake column whose text Python spells otherwise, a float
     # Python rounds, types the stream decodes into other texts, a domain
     ("numeric", 1700, -1, None),
@@ -37,20 +41,33 @@ def _column(type_name: str, type_oid: int, typmod: int = -1) -> Column:
     ("money", 790, -1, None),
     ("positive", 16600, -1, None),
 ])
-def test_column_sql(type_name: str, type_oid: int, typmod: int, expected: str | None) -> None:
-    assert jdbc_read.column_sql(_column(type_name, type_oid, typmod),
-                                frozenset({ENUM})) == expected
+def test_column_read(type_name: str, type_oid: int, typmod: int,
+                     expected: tuple[str, str, str] | None) -> None:
+    read = jdbc_read.column_read(_column(type_name, type_oid, typmod), frozenset({ENUM}))
+    assert (read if read is None else (read.sql, read.kind, read.lake)) == expected
+    assert read is None or read.text_sql is None
 
 
-def test_timestamps_are_iso_in_utc_where_python_holds_them() -> None:
-    tz = jdbc_read.column_sql(_column("timestamptz", 1184), frozenset())
-    assert tz is not None
-    assert "\"c\" >= '0001-01-01 00:00:00+00'::pg_catalog.timestamptz" in tz
-    assert "\"c\" < '10000-01-01 00:00:00+00'::pg_catalog.timestamptz" in tz
-    assert "to_char(\"c\" AT TIME ZONE 'UTC'" in tz and tz.endswith(
-        "ELSE \"c\"::pg_catalog.text END")
-    ts = jdbc_read.column_sql(_column("timestamp", 1114), frozenset())
-    assert ts is not None and "AT TIME ZONE" not in ts and "|| 'Z'" not in ts
+def test_a_decimal_is_read_typed_and_its_nan_as_text() -> None:
+    read = jdbc_read.column_read(_column("numeric", 1700, (10 << 16 | 2) + 4), frozenset())
+    assert read is not None and read.kind == "decimal(10,2)"
+    assert read.sql == """CASE WHEN "c" = 'NaN'::pg_catalog.numeric THEN NULL ELSE "c" END"""
+    assert read.text_sql == """CASE WHEN "c" = 'NaN'::pg_catalog.numeric THEN 'NaN' END"""
+
+
+def test_dates_and_timestamps_are_read_as_numbers() -> None:
+    date = jdbc_read.column_read(_column("date", 1082), frozenset())
+    assert date is not None and (date.kind, date.lake, date.text_sql) == ("int", "days", None)
+    assert """THEN "c" - '1970-01-01'::pg_catalog.date""" in date.sql
+    tz = jdbc_read.column_read(_column("timestamptz", 1184), frozenset())
+    assert tz is not None and (tz.kind, tz.lake) == ("bigint", "micros")
+    assert "EXTRACT(epoch FROM \"c\") * 1000000" in tz.sql
+    # past Spark's greatest timestamp: NULL, the server's text beside it
+    greatest = "'294247-01-10 04:00:54.775807+00'::pg_catalog.timestamptz"
+    assert f"\"c\" <= {greatest}" in tz.sql
+    assert tz.text_sql is not None and f"\"c\" > {greatest}" in tz.text_sql
+    ts = jdbc_read.column_read(_column("timestamp", 1114), frozenset())
+    assert ts is not None and ts.lake == "micros_ntz" and "+00" not in ts.sql
 
 
 def test_readable_needs_every_column() -> None:
