@@ -195,6 +195,12 @@ _ARROW = {"boolean": "bool_", "int": "int32", "bigint": "int64", "float": "float
 # Spark's own settings for compiled expressions (streaming/session.py turns them off)
 COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
+# Parquet's dictionary of a column chunk at most 64 KiB (Parquet's default: 1 MiB): a column of
+# few values still gets one, and a column of many distinct values (a key, a timestamp, a
+# text) gives it up after 64 KiB instead of hashing its first 1 MiB of values into it; the
+# load writes a fifth faster, files as large (docs/benchmarks.md, "The lake load")
+PARQUET = {"parquet.dictionary.page.size": str(64 * 1024)}
+
 # pages per chunk of a lake load (128 MB with 8 kB blocks, Spark's own partition size): a
 # chunk is a Spark task and a Parquet file, and a table is read again whole when a load
 # resumes, so chunks are not the unit of resuming here.  Each task opens a connection,
@@ -340,7 +346,7 @@ class LakeLoad(InitialLoad):
         # session interprets them, for its many small per-table plans: streaming/session.py);
         # a session of its own, so the caller's keeps its settings
         self.spark = spark.newSession()
-        for name, value in COMPILED.items():
+        for name, value in {**COMPILED, **PARQUET}.items():
             self.spark.conf.set(name, value)
         # the JVM's reads make timestamps without a zone from microseconds through UTC
         # (streaming/jdbc_read.py), as the stream does (streaming/session.py)
