@@ -14,9 +14,10 @@ What differs:
    transaction stays open until the last table is written, so each Spark task imports it
    on a connection of its own (``SET TRANSACTION SNAPSHOT``) whenever it runs;
 2. per table, one Spark job (``readers`` tables at once, from threads of the driver): one
-   task per chunk reads its page range.  On the JVM (streaming/jdbc_read.py: PostgreSQL's
-   JDBC driver, each value as PostgreSQL itself spells the Avro sink's value) for a table
-   of the types that module names, unless it cannot connect as libpq did; otherwise the
+   task per chunk (:data:`LAKE_CHUNK_PAGES`) reads its page range.  On the JVM
+   (streaming/jdbc_read.py: PostgreSQL's JDBC driver, each value typed as the lake holds it
+   or as the number it is made of, landing as the stream's value) for a table of the types
+   that module names, unless it cannot connect as libpq did; otherwise the
    task COPYs its page range in text, decodes each
    row with the stream's own decoders (chunk_reader.row_builder over a registry of the
    custom types read under the snapshot) and hands it on as the Avro sink would encode it
