@@ -9,7 +9,10 @@ never as a text Spark must parse.  What each column gives (:func:`column_read`) 
 same lake value as the Python tasks' read, which is the stream's (:func:`lake_value`):
 
 * ``bool``, ``int2``, ``int4``, ``int8``, ``float8``, ``bytea``: the value itself; ``oid``
-  as ``int8``;
+  as ``int8``; ``float4`` read as a double (the driver parses PostgreSQL's text of it as a
+  double) and rounded to a float, as the stream does (its decoder parses the text as a
+  Python float, a double, which the Avro sink rounds to a float): read as a float, the text
+  would be rounded once, which in rare cases gives the float next to it;
 * ``numeric(p,s)`` of a Spark decimal: the decimal, read as ``decimal(p,s)``; a ``NaN``
   (which no Spark decimal holds) NULL, with the text ``NaN`` beside it (the row's
   ``_pgcdc_text`` entry, as the stream gives it);
@@ -29,10 +32,9 @@ same lake value as the Python tasks' read, which is the stream's (:func:`lake_va
 * ``int2[]``, ``int4[]``, ``int8[]``: ``array_to_json``, the JSON of the stream's lists
   (``[[1,null],[3,4]]``: nested arrays nested, NULL elements ``null``, lower bounds dropped).
 
-A table with any other column (``float4``: the stream parses its text as a double and rounds
-that to a float, which the float itself need not equal; domains, composites, other arrays,
-intervals, ...), or published with a row filter holding a ``?`` (which the driver reads as a
-parameter), is read by the Python tasks.
+A table with any other column (domains, composites, other arrays, intervals, unconstrained
+``numeric`` (whose text Python spells otherwise), ...), or published with a row filter
+holding a ``?`` (which the driver reads as a parameter), is read by the Python tasks.
 ``tests/integration/test_spark_bulk_load.py`` loads a table of every type above, edge values
 included, both ways and compares the lake tables value by value.
 
@@ -170,6 +172,8 @@ def column_read(column: Column, enums: frozenset[int]) -> ColumnRead | None:
         return ColumnRead(ident, _NATIVE[builtin])
     if builtin == "oid":
         return ColumnRead(f"{ident}::pg_catalog.int8", "bigint")
+    if builtin == "float4":
+        return ColumnRead(ident, "double")
     if builtin in ("text", "varchar"):
         return ColumnRead(ident, "string")
     if builtin in _OUTPUT_TEXT or column.type_oid in enums:

@@ -31,10 +31,10 @@ _FORMAT = """CASE WHEN "c" IS NOT NULL THEN pg_catalog.format('%s', "c") END"""
     ("bpchar", 1042, 9, (_FORMAT, "string", "cast")),
     ("mood", ENUM, -1, (_FORMAT, "string", "cast")),
     ("_int8", 1016, -1, ('pg_catalog.array_to_json("c")::pg_catalog.text', "string", "cast")),
-    # not read on the JVM: a string lake column whose text Python spells otherwise, a float
-    # Python rounds, types the stream decodes into other texts, a domain
+    # not read on the JVM: a string lake column whose text Python spells otherwise, types
+    # the stream decodes into other texts, a domain
     ("numeric", 1700, -1, None),
-    ("float4", 700, -1, None),
+    ("float4", 700, -1, ('"c"', "double", "cast")),
     ("interval", 1186, -1, None),
     ("_text", 1009, -1, None),
     ("inet", 869, -1, None),
@@ -75,7 +75,7 @@ def test_readable_needs_every_column() -> None:
         return TableVersion(1, "public", "t", "d", columns)
 
     assert jdbc_read.readable(table(_column("int4", 23), _column("text", 25)), frozenset())
-    assert not jdbc_read.readable(table(_column("int4", 23), _column("float4", 700)),
+    assert not jdbc_read.readable(table(_column("int4", 23), _column("interval", 1186)),
                                   frozenset())
     assert jdbc_read.readable(table(_column("int4", 23)), frozenset(), "(c > 3)")
     assert not jdbc_read.readable(table(_column("int4", 23)), frozenset(), "(doc ? 'k'::text)")
