@@ -15,7 +15,8 @@ same lake value as the Python tasks' read, which is the stream's (:func:`lake_va
   would be rounded once, which in rare cases gives the float next to it;
 * ``numeric(p,s)`` of a Spark decimal: the decimal, read as ``decimal(p,s)``; a ``NaN``
   (which no Spark decimal holds) NULL, with the text ``NaN`` beside it (the row's
-  ``_pgcdc_text`` entry, as the stream gives it);
+  ``_pgcdc_text`` entry, as the stream gives it); any other ``numeric`` (a string in the
+  lake): its text as Python spells the decimal (:func:`_decimal_text`);
 * ``date``: its days since 1970-01-01 (``date_from_unix_date``, the typed Avro read's way:
   streaming/decode.py); ``infinity`` and ``-infinity`` the greatest and least int, which
   are the stream's greatest and least dates;
@@ -32,9 +33,9 @@ same lake value as the Python tasks' read, which is the stream's (:func:`lake_va
 * ``int2[]``, ``int4[]``, ``int8[]``: ``array_to_json``, the JSON of the stream's lists
   (``[[1,null],[3,4]]``: nested arrays nested, NULL elements ``null``, lower bounds dropped).
 
-A table with any other column (domains, composites, other arrays, intervals, unconstrained
-``numeric`` (whose text Python spells otherwise), ...), or published with a row filter
-holding a ``?`` (which the driver reads as a parameter), is read by the Python tasks.
+A table with any other column (domains, composites, other arrays, intervals, ...), or
+published with a row filter holding a ``?`` (which the driver reads as a parameter), is read
+by the Python tasks.
 ``tests/integration/test_spark_bulk_load.py`` loads a table of every type above, edge values
 included, both ways and compares the lake tables value by value.
 
@@ -183,7 +184,7 @@ def column_read(column: Column, enums: frozenset[int]) -> ColumnRead | None:
     if builtin == "numeric":
         spark_type = ColumnSpec(column).spark_type
         if not spark_type.startswith("decimal"):
-            return None
+            return ColumnRead(_decimal_text(ident), "string")
         nan = f"{ident} = 'NaN'::pg_catalog.numeric"
         return ColumnRead(f"CASE WHEN {nan} THEN NULL ELSE {ident} END", spark_type,
                           text_sql=f"CASE WHEN {nan} THEN 'NaN' END")
@@ -208,6 +209,25 @@ def column_read(column: Column, enums: frozenset[int]) -> ColumnRead | None:
     if builtin in _INT_ARRAYS:
         return ColumnRead(f"pg_catalog.array_to_json({ident})::pg_catalog.text", "string")
     return None
+
+
+def _decimal_text(ident: str) -> str:
+    """SQL of a ``numeric``'s text as Python's ``str(Decimal(text))`` spells it, the
+    stream's text of it: PostgreSQL's text, except where the leading digit stands 7 or more
+    places after the point, which Python writes in scientific notation (``1.230E-7`` for
+    ``0.0000001230``, ``0E-8`` for ``0.00000000``)."""
+    text = f"{ident}::pg_catalog.text"
+    # the coefficient's digits (no sign, point or leading zeros; '0' for a zero)
+    digits = (f"coalesce(nullif(pg_catalog.ltrim(pg_catalog.replace(pg_catalog.ltrim("
+              f"{text}, '-'), '.', ''), '0'), ''), '0')")
+    # Python's adjusted exponent: the leading digit's place, 0 for the units
+    adjusted = f"(pg_catalog.length({digits}) - pg_catalog.scale({ident}) - 1)"
+    special = ", ".join(f"'{v}'::pg_catalog.numeric" for v in ("NaN", "Infinity", "-Infinity"))
+    return (f"CASE WHEN {ident} IN ({special}) OR {adjusted} >= -6 THEN {text} "
+            f"ELSE CASE WHEN {ident} < 0 THEN '-' ELSE '' END || pg_catalog.left({digits}, 1) "
+            f"|| CASE WHEN pg_catalog.length({digits}) > 1 "
+            f"THEN '.' || pg_catalog.substr({digits}, 2) ELSE '' END "
+            f"|| 'E' || {adjusted}::pg_catalog.text END")
 
 
 def lake_value(read: ColumnRead, value: str, text: str, column: ColumnSpec) -> tuple[str, str]:

@@ -398,42 +398,42 @@ _JDBC_TYPES = """CREATE TABLE jv (id int PRIMARY KEY, b bool, s smallint, i int,
     d float8, by bytea, o oid, t text, vc varchar(10), bc char(5), nm name, ch "char", j json,
     jb jsonb, x xml, mac macaddr, mac8 macaddr8, bt bit(3), vb varbit, tv tsvector, tq tsquery,
     u uuid, dt date, n numeric(12,3), tz timestamptz, ts timestamp, ai int[], asm smallint[],
-    al bigint[], m jv_mood, f4 real)"""
+    al bigint[], m jv_mood, f4 real, nu numeric)"""
 _JDBC_ROWS = [
     "(1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-    "NULL, NULL)",
+    "NULL, NULL, NULL)",
     "(2, false, -32768, 2147483647, -9223372036854775808, 'NaN', '\\x00ff', 4294967295, "
     "E'quote '' \" \\\\ tab\\t nl\\n \\u00e9 \\U0001F600', '', 'a', 'n\"m', 'x', "
     "'{\"a\" : [1, 2]}', '{\"b\": 1, \"a\": [true, null]}', '<a>1</a>', '08:00:2b:01:02:03', "
     "'08:00:2b:01:02:03:04:05', B'101', B'1', 'a fat cat', 'fat & cat', "
     "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', 'infinity', 'NaN', 'infinity', '-infinity', "
-    "'[0:1]={1,2}', '{}', '{{1,NULL},{3,4}}', 'happy', 'NaN')",
+    "'[0:1]={1,2}', '{}', '{{1,NULL},{3,4}}', 'happy', 'NaN', 'NaN')",
     "(3, true, 32767, -2147483648, 9223372036854775807, 'Infinity', '', 0, 'x', 'abcdefghij', "
     "'abcde', '', E'\\\\001', 'null', '[]', '', '00:00:00:00:00:00', "
     "'00:00:00:00:00:00:00:00', B'000', B'', '', 'a', "
     "'00000000-0000-0000-0000-000000000000', '0044-03-15 BC', '-123456789.123', "
     "'0044-03-15 12:00:00.5+00 BC', '10000-01-01 00:00:00', '{NULL}', '{-32768,32767}', "
-    "'{9223372036854775807}', 'sad', 'Infinity')",
+    "'{9223372036854775807}', 'sad', 'Infinity', 'Infinity')",
     "(4, true, 0, 0, 0, '-Infinity', '\\x', 1, ' lead and trail ', ' ', ' ', 'x', ' ', "
     "'\"s\"', '\"s\"', '<b/>', 'ff:ff:ff:ff:ff:ff', 'ff:ff:ff:ff:ff:ff:ff:ff', B'111', "
     "B'0101', 'z', 'z', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '10000-01-01', '0.001', "
     "'294250-01-01 00:00:00+00', '0001-01-01 00:00:00', '{{{1}}}', '{1,NULL,3}', '{}', 'ok', "
-    "'-Infinity')",
+    "'-Infinity', '-Infinity')",
     "(5, false, 1, 1, 1, '-0', '\\x0102', 2, 'x', 'x', 'x', 'x', 'x', '1.5e300', '1.5e300', "
     "'x', '01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'010', B'10', 'x', 'x', "
     "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '0001-01-01', '999999999.999', "
     "'9999-12-31 23:59:59.999999+00', '9999-12-31 23:59:59.999999', '{1}', '{1}', '{1}', "
-    "'ok', 3.4028235e38)",
+    "'ok', 3.4028235e38, '0.00000000')",
     "(6, true, 2, 2, 2, 4.9e-324, '\\xff', 3, 'y', 'y', 'y', 'y', 'y', '1', '1', 'y', "
     "'01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'011', B'11', 'y', 'y', "
     "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '-infinity', '-0.001', "
     "'2024-06-01 12:00:00.000001+05:30', '2024-02-29 23:59:59.999999', '{1}', '{1}', '{1}', "
-    "'happy', 1e-45)",
+    "'happy', 1e-45, '-0.0000001230')",
     "(7, true, 3, 3, 3, 1e-310, '\\xff', 3, 'y', 'y', 'y', 'y', 'y', '1', '1', 'y', "
     "'01:02:03:04:05:06', '01:02:03:04:05:06:07:08', B'011', B'11', 'y', 'y', "
     "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2024-02-29', '0', "
-    "'-infinity', '0001-01-01 00:00:00 BC', '{1}', '{1}', '{1}', 'sad', 1.1)",
+    "'-infinity', '0001-01-01 00:00:00 BC', '{1}', '{1}', '{1}', 'sad', 1.1, '123.4500')",
 ]
 
 
@@ -455,7 +455,8 @@ def test_jdbc_read_lands_as_the_python_read(pg_conn: Conn, pg_dsn: str, spark: A
                        '2020-01-01'::date + g, g / 3.0, '2024-01-01'::timestamptz + g * interval
                        '1.5 s', '2024-01-01'::timestamp - g * interval '1 h', ARRAY[g, g % 3],
                        ARRAY[(g % 30000)::smallint], ARRAY[g::bigint, NULL],
-                       (ARRAY['sad', 'ok', 'happy'])[g % 3 + 1]::jv_mood, (g / 7.0)::real
+                       (ARRAY['sad', 'ok', 'happy'])[g % 3 + 1]::jv_mood, (g / 7.0)::real,
+                       g::numeric / 10 ^ (g % 12)
                      FROM generate_series(8, 3000) g""")
     frames = []
     for read, jdbc in (("jvm", "1"), ("python", "0")):
