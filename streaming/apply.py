@@ -94,6 +94,17 @@ class TableBatch:
     newest: tuple[int, int] | None = None  # the position of its newest event
     # the (format, table version) pairs of its events (streaming/decode.py table_events)
     encodings: frozenset[tuple[str, str]] = frozenset()
+    # whether an update may have moved its row to another key (:data:`MAY_MOVE`)
+    may_move: bool = True
+
+
+# An update that may have moved its row to another key (streaming/apply.py moved_keys): one
+# with an old image.  PostgreSQL sends the old image of an update only when the key changed
+# or under REPLICA IDENTITY FULL; without it, the old key's text is NULL in every key column
+# of the event's version.  A version without key columns (a key added since) counts as
+# moving: its old image is not looked at here.
+MAY_MOVE = (f"op = 'u' AND NOT coalesce(size({OLD_KEYS}) > 0 "
+            f"AND forall({OLD_KEYS}, k -> k IS NULL), false)")
 
 
 def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
@@ -110,6 +121,7 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         F.expr("max(struct(source.commit_lsn, source.ordinal))").alias("newest"),
         F.expr("max(_version IS NOT NULL AND _version != source.table_version)")
         .alias("mismatch"),
+        F.expr(f"max({MAY_MOVE})").alias("may_move"),
     ).collect()
     if any(r["mismatch"] for r in summary):
         msg = "an event's pgcdc.table_version header disagrees with its source.table_version"
@@ -124,7 +136,7 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
         frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]),
         None if r["newest"] is None else (int(r["newest"][0]), int(r["newest"][1])),
-        frozenset((str(f), str(v)) for f, v in r["encodings"]))
+        frozenset((str(f), str(v)) for f, v in r["encodings"]), bool(r["may_move"]))
         for r in summary}
 
 
@@ -236,7 +248,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 ops: frozenset[str] | None = None, steps: Steps | None = None,
                 bounds: tuple[str, str, str] | None | object = _UNKNOWN,
                 keep_dropped: bool = False,
-                encodings: frozenset[tuple[str, str]] | None = None) -> int:
+                encodings: frozenset[tuple[str, str]] | None = None,
+                may_move: bool = True) -> int:
     """MERGE one table's events of a batch; returns how many rows it inserted, updated or
     deleted.
 
@@ -249,7 +262,10 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     otherwise looked up here, and without ``ops`` the full MERGE runs.  ``keep_dropped``:
     keep the lake columns of columns the source dropped (:func:`evolve`).  ``encodings``:
     the (format, table version) pairs of the table's events, if the caller knows them
-    (:func:`summarize`); otherwise looked up here.
+    (:func:`summarize`); otherwise looked up here.  ``may_move``: False when the caller knows
+    that no update of the table's events has an old image (:data:`MAY_MOVE`), so none moved
+    its row to another key: no deletes of old keys are looked for, and with no delete in
+    the batch either, no tombstones are written.
 
     ``events`` are the batch's (streaming/decode.py :func:`parse_envelopes`); the table's
     are decoded into its typed shape here (:func:`table_events`)."""
@@ -289,7 +305,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     if floor_at is not None:  # a change older than the newest truncate never comes back
         rows = rows.where(sql_text.position(*floor_at, ">"))
     changes = rows.where("_op != 't'")
-    if ops is None or "u" in ops:  # an update may have moved its row to another key
+    if (ops is None or "u" in ops) and may_move:  # an update may have moved its row
         moved = moved_keys(events, spec)
         if floor_at is not None:
             moved = moved.where(sql_text.position(*floor_at, ">"))
@@ -300,7 +316,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             with step("stats"):  # one pass: materializes the cache the MERGE then reads
                 stats = _batch_stats(latest, spec)
         else:  # the MERGE materializes the cache; a delete only from a delete or an update
-            stats = _Stats(-1, int(ops is None or bool(ops & {"d", "u"})),
+            stats = _Stats(-1, int(ops is None or "d" in ops or ("u" in ops and may_move)),
                            bounds if isinstance(bounds, tuple) else None)
         if stats.changes == 0:
             if changelog:
@@ -666,7 +682,8 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
                            changelog=changelog, versions=catalog.versions(spec.oid),
                            truncate=found.truncate, ops=found.ops, steps=steps,
                            bounds=_UNKNOWN if bounds is None else bounds[spec.oid],
-                           keep_dropped=keep_dropped, encodings=found.encodings)
+                           keep_dropped=keep_dropped, encodings=found.encodings,
+                           may_move=found.may_move)
 
     if threads <= 1 or len(tables) <= 1:
         return [one(spark, spec, found) for spec, found in tables]
