@@ -98,7 +98,7 @@ class TableBatch:
     may_move: bool = True
 
 
-# An update that may have moved its row to another key (streaming/apply.py moved_keys): one
+# An update that may have moved its row to another key (:func:`moved_keys`): one
 # with an old image.  PostgreSQL sends the old image of an update only when the key changed
 # or under REPLICA IDENTITY FULL; without it, the old key's text is NULL in every key column
 # of the event's version.  A version without key columns (a key added since) counts as

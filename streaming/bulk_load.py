@@ -275,14 +275,7 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
     to its lake type, any other from its text as the stream casts it), and ``source`` with
     the read's position.  Read on the JVM (``jvm``,
     streaming/jdbc_read.py) where every column of the table can be, else by Python tasks."""
-    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
-
     table = setup.table.table
-    fields = [field_name(c, i) for i, c in enumerate(table.columns)]
-    kinds = [_AVRO_SPARK.get(c.type_name, "string") for c in table.columns]
-    schema = StructType([StructField(f, _parse_datatype_string(k)) for f, k in
-                         zip(fields, kinds, strict=True)]
-                        + [StructField("_ordinal", _parse_datatype_string("bigint"), False)])
     # every chunk in full: a table is written in one commit, so a chunk recorded done at an
     # earlier attempt (whose delta read ChunkTask.since would ask for) has its commit, and
     # a table read again has none (its lake table was removed since): nothing of it is kept
@@ -295,17 +288,7 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
             attempt=setup.attempt, enums=jvm.enums)
     else:  # one task per chunk: a range of chunk numbers, each partition reading its own
         log.info("reading %s in Python tasks", spec.qualified_name)
-        rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
-            partial(arrow_batches, setup, chunks, fields, kinds), schema)
-        values = {}  # each column's value and untyped text: straight from a typed read
-        for column, name, kind in zip(spec.columns, fields, kinds, strict=True):
-            if kind != "string" and column.spark_type in (kind, *_WIDER.get(kind, ())):
-                values[column.name] = (f"CAST({quote(name)} AS {column.spark_type})",
-                                       "CAST(NULL AS STRING)")
-            else:
-                text = f"base64({quote(name)})" if kind == "binary" else \
-                    f"CAST({quote(name)} AS STRING)"
-                values[column.name] = from_text(column, text, stale=False)
+        rows, values = _python_rows(spark, setup, chunks, spec)
     return rows.selectExpr(
         "'r' AS op",
         f"named_struct('commit_lsn', CAST({setup.load_lsn} AS BIGINT), 'ordinal', _ordinal, "
@@ -316,6 +299,34 @@ def envelopes(spark: Any, setup: _Setup, tasks: list[ChunkTask], spec: TableSpec
         "CAST(array() AS ARRAY<STRING>) AS unchanged",
         f"{row_image(spec, values)} AS after").selectExpr(
         "op", "source", "unchanged", "CASE WHEN false THEN after END AS before", "after")
+
+
+def _python_rows(spark: Any, setup: _Setup, chunks: list[tuple[int, int, int | None]],
+                 spec: TableSpec) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """The chunks' rows read by Python tasks (:func:`arrow_batches`, one per chunk): the
+    Avro sink's values in column order, then ``_ordinal``; and per column name the Spark
+    SQL of its lake value and untyped text from them (a typed value cast, any other from
+    its text as the stream casts it)."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    table = setup.table.table
+    fields = [field_name(c, i) for i, c in enumerate(table.columns)]
+    kinds = [_AVRO_SPARK.get(c.type_name, "string") for c in table.columns]
+    schema = StructType([StructField(f, _parse_datatype_string(k)) for f, k in
+                         zip(fields, kinds, strict=True)]
+                        + [StructField("_ordinal", _parse_datatype_string("bigint"), False)])
+    rows = spark.range(0, len(chunks), 1, max(len(chunks), 1)).mapInArrow(
+        partial(arrow_batches, setup, chunks, fields, kinds), schema)
+    values = {}
+    for column, name, kind in zip(spec.columns, fields, kinds, strict=True):
+        if kind != "string" and column.spark_type in (kind, *_WIDER.get(kind, ())):
+            values[column.name] = (f"CAST({quote(name)} AS {column.spark_type})",
+                                   "CAST(NULL AS STRING)")
+        else:
+            text = f"base64({quote(name)})" if kind == "binary" else \
+                f"CAST({quote(name)} AS STRING)"
+            values[column.name] = from_text(column, text, stale=False)
+    return rows, values
 
 
 def lake_rows(events: Any, spec: TableSpec) -> Any:

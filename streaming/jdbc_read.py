@@ -285,16 +285,18 @@ def chunk_rows(spark: Any, source: JdbcSource, *, spec: TableSpec, row_filter: s
     Spark partition per chunk: the columns as read (``_v<i>``, and ``_t<i>`` beside where
     :attr:`ColumnRead.text_sql` is), then ``_ordinal``; and per column name the Spark SQL of
     its lake value and untyped text from them (:func:`lake_value`)."""
-    selects, schema, values = [], [], {}
+    selects, names, schema, values = [], [], [], {}
     for i, column in enumerate(spec.columns):
         read = column_read(column.column, enums)
         assert read is not None, column
         value, text = f"_v{i}", f"_t{i}"
-        selects.append(f"{read.sql} AS {value}")
-        schema.append(f"{value} {read.kind}")
+        fields = [(value, read.sql, read.kind)]
         if read.text_sql is not None:
-            selects.append(f"{read.text_sql} AS {text}")
-            schema.append(f"{text} string")
+            fields.append((text, read.text_sql, "string"))
+        for name, sql, kind in fields:
+            selects.append(f"{sql} AS {name}")
+            names.append(name)
+            schema.append(f"{name} {kind}")
         values[column.name] = lake_value(read, value, text, column)
     where = f"WHERE ({row_filter})" if row_filter is not None else ""
     table = quoted_table_name(spec.schema, spec.name)
@@ -321,5 +323,5 @@ def chunk_rows(spark: Any, source: JdbcSource, *, spec: TableSpec, row_filter: s
     position = (f"CASE WHEN {place} >= {MAX_CHUNK_ROWS} THEN raise_error({too_large}) "
                 f"ELSE element_at(array({bases}), spark_partition_id() + 1) + {place} END")
     assert CHUNK_BITS + ROW_BITS < 63
-    return rows.selectExpr(*(s.split(" ")[0] for s in schema),
+    return rows.selectExpr(*names,
                            f"CAST({position} AS BIGINT) AS _ordinal"), values
