@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", type=int, default=20, help="new tables, one after another")
     parser.add_argument("--rows", type=int, default=160, help="rows appended and merged")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting over pgcdc spark's own (repeatable)")
     args = parser.parse_args(argv)
 
     from delta.tables import DeltaTable
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         events.mkdir()
         spark = build_session("pgcdc-delta-floor", extra_config={
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
-            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"})
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
+            **dict(setting.split("=", 1) for setting in args.conf)})
         rows = spark.range(0, args.rows).selectExpr("id", "CAST(id AS STRING) AS s")
         rows.collect()  # warm
         wall: Counter[str] = Counter()
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, entry in result.items():
         print(f"{name}: {entry['seconds_per_table']} s per table, of which Spark jobs "
               f"{entry['job_seconds_per_table']} s ({entry['jobs_per_table']} jobs)")
-    print(json.dumps({"delta_floor": result, "tables": n, "rows": args.rows,
+    print(json.dumps({"delta_floor": result, "tables": n, "rows": args.rows, "conf": args.conf,
                       "job_kinds": dict(kinds.most_common())}))
     return 0
 

@@ -77,6 +77,14 @@ TYPES: dict[str, tuple[str, str, str]] = {
     "date": ("date '2000-01-01' + ({g})", "'2020-02-02'", "current_date - (random() * 999)::int"),
     "timestamptz": ("timestamptz '2000-01-01 00:00:00+00' + ({g}) * interval '61.5 seconds'",
                     "'2020-02-02 10:00:00+00'", "now() - random() * interval '999 days'"),
+    # read on the JVM by the lake load in a form of their own (streaming/jdbc_read.py): a
+    # float4 as a double, an unconstrained numeric as Python's spelling of it (0E-8, 1.2E-7,
+    # NaN), a timestamp as microseconds (infinity as the extreme long)
+    "real": ("({g})::real / 3", "1.5", "random()::real"),
+    "numeric": ("CASE WHEN ({g}) % 5 = 0 THEN 'NaN' ELSE ({g}) * 0.00000001 END::numeric",
+                "'NaN'", "(random() * 1e-6)::numeric"),
+    "timestamp": ("timestamp '1999-12-31 23:59:59.5' + ({g}) * interval '1 day 0.25 seconds'",
+                  "'infinity'", "localtimestamp - random() * interval '999 days'"),
     # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
     # composite that gains attributes ({extra}: a NULL for each one added)
     "mood": ("(enum_range(NULL::mood))[1 + abs({g}) % cardinality(enum_range(NULL::mood))]",
