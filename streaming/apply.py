@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.wire import table_name
-from streaming import ownership, sql_text
+from streaming import ownership, sql_text, toast
 from streaming.catalog import CatalogLog, LakeCatalog
 from streaming.decode import (
     CATALOG_FORMAT,
     KEYS,
     OLD_KEYS,
+    TOASTED,
     CatalogMismatchError,
     batch_versions,
     content,
@@ -96,6 +97,8 @@ class TableBatch:
     encodings: frozenset[tuple[str, str]] = frozenset()
     # whether an update may have moved its row to another key (:data:`MAY_MOVE`)
     may_move: bool = True
+    # whether an update left TOASTed columns unchanged (streaming/toast.py)
+    toasted: bool = True
 
 
 # An update that may have moved its row to another key (:func:`moved_keys`): one
@@ -122,6 +125,7 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         F.expr("max(_version IS NOT NULL AND _version != source.table_version)")
         .alias("mismatch"),
         F.expr(f"max({MAY_MOVE})").alias("may_move"),
+        F.expr(f"max(op = 'u' AND {TOASTED})").alias("toasted"),
     ).collect()
     if any(r["mismatch"] for r in summary):
         msg = "an event's pgcdc.table_version header disagrees with its source.table_version"
@@ -136,7 +140,8 @@ def summarize(events: Any, catalog: CatalogLog) -> dict[int, TableBatch]:
         None if r["trunc"] is None else (int(r["trunc"][0]), int(r["trunc"][1])),
         frozenset(str(op) for op in r["ops"]), frozenset(str(v) for v in r["versions"]),
         None if r["newest"] is None else (int(r["newest"][0]), int(r["newest"][1])),
-        frozenset((str(f), str(v)) for f, v in r["encodings"]), bool(r["may_move"]))
+        frozenset((str(f), str(v)) for f, v in r["encodings"]), bool(r["may_move"]),
+        bool(r["toasted"]))
         for r in summary}
 
 
@@ -151,11 +156,12 @@ def _present(image: str, i: int, column: ColumnSpec) -> str:
     return f"({found} OR {image}.{untyped(i)} IS NOT NULL)" if narrow(column) else found
 
 
-def shape(events: Any, spec: TableSpec) -> Any:
+def shape(events: Any, spec: TableSpec, *, origin: bool = False) -> Any:
     """One table's typed events (streaming/decode.py :func:`table_events`) as lake rows,
     one per event: the new row's values, a key column's from the old row where the new row
     has none (a delete), ``_pgcdc_text``, the operation, the position, and the unchanged
-    TOASTed columns."""
+    TOASTed columns; with ``origin``, also the old key of an update that moved its row
+    (streaming/toast.py :data:`~streaming.toast.ORIGIN`)."""
     exprs = []
     entries: list[tuple[str, str]] = []  # (column, its text where its typed value is NULL)
     for i, column in enumerate(spec.columns):
@@ -174,6 +180,8 @@ def shape(events: Any, spec: TableSpec) -> Any:
         f"source.ordinal AS {ORDINAL}",
         "unchanged AS _unchanged",
     ]
+    if origin:
+        exprs.append(toast.origin(spec, _moved(spec)))
     return events.selectExpr(*exprs)
 
 
@@ -187,23 +195,25 @@ def moved_keys(events: Any, spec: TableSpec) -> Any:
 
     PostgreSQL sends such an update with the old key in ``before`` (and the whole old row
     under ``REPLICA IDENTITY FULL``, whose key may not have changed: no delete then)."""
-    keys = [(i, c) for i, c in enumerate(spec.columns) if c.is_key]
-
-    def same(i: int, column: ColumnSpec) -> str:
-        equal = f"before.{content(i)} <=> after.{content(i)}"
-        return f"{equal} AND before.{untyped(i)} <=> after.{untyped(i)}" if narrow(column) \
-            else equal
-
-    changed = " OR ".join(f"({_present('before', i, c)} AND NOT ({same(i, c)}))"
-                          for i, c in keys)
     exprs = [f"before.{content(i)} AS {quote(c.name)}" if c.is_key
              else f"CAST(NULL AS {c.spark_type}) AS {quote(c.name)}"
              for i, c in enumerate(spec.columns)]
     exprs += [f"CAST(NULL AS {TEXT_TYPE}) AS {TEXT}", "'d' AS _op",
               f"source.commit_lsn AS {COMMIT_LSN}", f"source.ordinal AS {ORDINAL}",
               "CAST(array() AS ARRAY<STRING>) AS _unchanged"]
-    return events.where(f"op = 'u' AND before IS NOT NULL AND ({changed or 'false'})"
+    return events.where(f"op = 'u' AND before IS NOT NULL AND ({_moved(spec)})"
                         ).selectExpr(*exprs)
+
+
+def _moved(spec: TableSpec) -> str:
+    """Whether an update's old image (if any) holds another key than its new one."""
+    def same(i: int, column: ColumnSpec) -> str:
+        equal = f"before.{content(i)} <=> after.{content(i)}"
+        return f"{equal} AND before.{untyped(i)} <=> after.{untyped(i)}" if narrow(column) \
+            else equal
+
+    return " OR ".join(f"({_present('before', i, c)} AND NOT ({same(i, c)}))"
+                       for i, c in enumerate(spec.columns) if c.is_key) or "false"
 
 
 def latest_per_key(rows: Any, spec: TableSpec) -> Any:
@@ -249,7 +259,7 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
                 bounds: tuple[str, str, str] | None | object = _UNKNOWN,
                 keep_dropped: bool = False,
                 encodings: frozenset[tuple[str, str]] | None = None,
-                may_move: bool = True) -> int:
+                may_move: bool = True, toasted: bool = True) -> int:
     """MERGE one table's events of a batch; returns how many rows it inserted, updated or
     deleted.
 
@@ -265,7 +275,9 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
     (:func:`summarize`); otherwise looked up here.  ``may_move``: False when the caller knows
     that no update of the table's events has an old image (:data:`MAY_MOVE`), so none moved
     its row to another key: no deletes of old keys are looked for, and with no delete in
-    the batch either, no tombstones are written.
+    the batch either, no tombstones are written.  ``toasted``: False when the caller knows
+    that no update left a TOASTed column unchanged: their values are not looked for
+    (streaming/toast.py).
 
     ``events`` are the batch's (streaming/decode.py :func:`parse_envelopes`); the table's
     are decoded into its typed shape here (:func:`table_events`)."""
@@ -289,6 +301,10 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         target = ensure_table(spark, path, spec, versions, keep_dropped=keep_dropped)
     rows = shape(events, spec)
     applied_rows = rows
+    if toasted and (ops is None or "u" in ops):  # values the source did not send again
+        with step("unchanged"):
+            rows = toast.carry_unchanged(shape(events, spec, origin=True), spec,
+                                         target.toDF)
     if truncate is _UNKNOWN:
         found = rows.where("_op = 't'").selectExpr(
             f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p").collect()[0]["p"]
@@ -683,7 +699,7 @@ def _apply_tables(spark: Any, events: Any, tables: Sequence[tuple[TableSpec, Tab
                            truncate=found.truncate, ops=found.ops, steps=steps,
                            bounds=_UNKNOWN if bounds is None else bounds[spec.oid],
                            keep_dropped=keep_dropped, encodings=found.encodings,
-                           may_move=found.may_move)
+                           may_move=found.may_move, toasted=found.toasted)
 
     if threads <= 1 or len(tables) <= 1:
         return [one(spark, spec, found) for spec, found in tables]

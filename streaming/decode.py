@@ -83,8 +83,9 @@ ENVELOPE_SCHEMA = f"{OP} STRING, {_IMAGES}, {SOURCE} {_SOURCE_TYPE}"
 
 KEYS = "_keys"  # the text of each key column of the event's version (new row, else old)
 OLD_KEYS = "_old_keys"  # and of the old row's (an update's or a delete's ``before``)
+TOASTED = "_toasted"  # whether the event names columns whose TOASTed value was not resent
 # the columns of :func:`parse_envelopes`
-EVENT_COLUMNS = (OP, SOURCE, "_format", "_version", "value", KEYS, OLD_KEYS)
+EVENT_COLUMNS = (OP, SOURCE, "_format", "_version", "value", KEYS, OLD_KEYS, TOASTED)
 
 _HEADER = "CAST(element_at(filter(headers, h -> h.key = '{0}'), 1).value AS STRING)"
 
@@ -195,6 +196,11 @@ def _source(decoded: str) -> str:
     return f"named_struct({fields}) AS {SOURCE}"
 
 
+def _toasted(decoded: str) -> str:
+    """:data:`TOASTED` of the decoded envelope ``decoded``."""
+    return f"coalesce(size({decoded}.{UNCHANGED}) > 0, false) AS {TOASTED}"
+
+
 def _json_events(rows: Any, catalog: CatalogLog, versions: list[str]) -> Any:
     """JSON records of ``versions`` (those their headers name) as :data:`EVENT_COLUMNS`."""
     from pyspark.sql import functions as F
@@ -216,7 +222,7 @@ def _json_events(rows: Any, catalog: CatalogLog, versions: list[str]) -> Any:
     return rows.select(F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("e"),
                        "_format", "_version", "value").selectExpr(
         f"e.{OP} AS {OP}", _source("e"), "_format", "_version", "value",
-        f"{keys} AS {KEYS}", f"{old} AS {OLD_KEYS}")
+        f"{keys} AS {KEYS}", f"{old} AS {OLD_KEYS}", _toasted("e"))
 
 
 def _avro_value(form: str) -> str:
@@ -270,7 +276,7 @@ def _avro_events(rows: Any, form: str, spec: TableSpec) -> Any:
     return decoded.selectExpr(
         f"e.{OP} AS {OP}", _source("e"), "_format", "_version", "value",
         f"CAST(array({', '.join(keys)}) AS ARRAY<STRING>) AS {KEYS}",
-        f"CAST(array({', '.join(old)}) AS ARRAY<STRING>) AS {OLD_KEYS}")
+        f"CAST(array({', '.join(old)}) AS ARRAY<STRING>) AS {OLD_KEYS}", _toasted("e"))
 
 
 # --- one table's events, typed ------------------------------------------------------------

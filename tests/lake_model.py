@@ -85,6 +85,10 @@ TYPES: dict[str, tuple[str, str, str]] = {
                 "'NaN'", "(random() * 1e-6)::numeric"),
     "timestamp": ("timestamp '1999-12-31 23:59:59.5' + ({g}) * interval '1 day 0.25 seconds'",
                   "'infinity'", "localtimestamp - random() * interval '999 days'"),
+    # a text TOASTed out of line (6,400 characters, incompressible): an update that leaves
+    # it as it was does not send it again (streaming/toast.py)
+    "big": ("(SELECT string_agg(md5(({g})::text || h::text), '') FROM generate_series(1, 200) h)",
+            "'d'", "md5(random()::text)"),
     # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
     # composite that gains attributes ({extra}: a NULL for each one added)
     "mood": ("(enum_range(NULL::mood))[1 + abs({g}) % cardinality(enum_range(NULL::mood))]",
