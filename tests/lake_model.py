@@ -85,8 +85,8 @@ TYPES: dict[str, tuple[str, str, str]] = {
                 "'NaN'", "(random() * 1e-6)::numeric"),
     "timestamp": ("timestamp '1999-12-31 23:59:59.5' + ({g}) * interval '1 day 0.25 seconds'",
                   "'infinity'", "localtimestamp - random() * interval '999 days'"),
-    # a text TOASTed out of line (6,400 characters, incompressible): an update that leaves
-    # it as it was does not send it again (streaming/toast.py)
+    # a text (a domain over it) TOASTed out of line (6,400 characters, incompressible): an
+    # update that leaves it as it was does not send it again (streaming/toast.py)
     "big": ("(SELECT string_agg(md5(({g})::text || h::text), '') FROM generate_series(1, 200) h)",
             "'d'", "md5(random()::text)"),
     # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
@@ -100,6 +100,7 @@ TYPES: dict[str, tuple[str, str, str]] = {
 USER_TYPES = ("CREATE TYPE mood AS ENUM ('calm', 'busy')",
               "CREATE DOMAIN amount AS numeric(12,2)",
               "CREATE TYPE pair AS (a int, b text)",
+              "CREATE DOMAIN big AS text",
               # tables move between two schemas (SET SCHEMA); the program names them
               # unqualified, through its search path (a name is unique across both)
               "CREATE SCHEMA side", "SET search_path TO public, side")
