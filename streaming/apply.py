@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.wire import table_name
@@ -289,6 +289,15 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         encodings = frozenset(
             (str(r[0]), str(r[1])) for r in events.where(f"source.table_oid = {spec.oid}")
             .selectExpr("_format", "source.table_version").distinct().collect())
+    runs = _regime_runs(spec, versions or [], {v for _, v in encodings})
+    if runs is not None:  # the batch's versions identify rows otherwise than ``spec``
+        return sum(apply_table(
+            spark, events.where(f"source.table_version IN ({_listed(run)})"),
+            run_spec, lake, changelog=changelog, versions=versions, steps=step,
+            keep_dropped=keep_dropped, encodings=frozenset(e for e in encodings if e[1] in run),
+            idempotence=None if idempotence is None  # one Delta write per run, each its own
+            else (f"{idempotence[0]}/{i}" if len(runs) > 1 else idempotence[0], idempotence[1]))
+            for i, (run, run_spec) in enumerate(runs))
     keyless = multiset.keyless(spec)
     events = table_events(events, spec, versions or [], sorted(encodings), lenient=not keyless)
     if keyless:  # rows without a key: a multiset, duplicates kept
@@ -361,6 +370,64 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         return affected
     finally:
         latest.unpersist()
+
+
+def _identity(version: TableSpec, spec: TableSpec,
+              versions: list[TableSpec]) -> tuple[str, ...] | None | bool:
+    """How ``version`` identified a row, by ``spec``'s column names: None for a multiset
+    (keyless: streaming/multiset.py), else its key columns; False where a key column of
+    ``version`` is not in ``spec`` (dropped since)."""
+    if version.table.keyless:
+        return None
+    renames = renamed_names(spec, versions)
+    then = {c.name for c in version.key_columns}
+    keys = tuple(c.name for c in spec.columns
+                 if renames.get(c.name, {}).get(version.version, c.name) in then)
+    return keys if len(keys) == len(then) else False
+
+
+def _listed(names: set[str]) -> str:
+    return ", ".join(sql_text.literal(n) for n in sorted(names))
+
+
+def _regime_runs(spec: TableSpec, versions: list[TableSpec], batch: set[str]
+                 ) -> list[tuple[set[str], TableSpec]] | None:
+    """The batch's table versions in runs that identify rows alike, each with ``spec`` as
+    it applies them (its key columns, or keyless), in the order they were written; None
+    when every version identifies rows as ``spec`` does (the usual case).
+
+    A key added to a keyless table or dropped from a keyed one (REPLICA IDENTITY changed)
+    makes the events before it a multiset's and those after a keyed table's, or the other
+    way round: an update written under a key carries no old row, which a multiset needs,
+    and a multiset's duplicates fold under a key.  Each run is applied as it was written,
+    one after the other."""
+    known = {v.version: v for v in [*versions, spec]}
+    order = {name: i for i, name in enumerate(known)}
+    written = sorted((known[v] for v in batch if v in known),
+                     key=lambda v: (v.lsn, order[v.version]))
+    own = _identity(spec, spec, versions)
+    found = [(v, _identity(v, spec, versions)) for v in written]
+    if all(identity == own or identity is False for _, identity in found):
+        return None
+    runs: list[tuple[set[str], tuple[str, ...] | None | bool]] = []
+    for version, identity in found:
+        if identity is False:
+            identity = own
+        if runs and runs[-1][1] == identity:
+            runs[-1][0].add(version.version)
+        else:
+            runs.append(({version.version}, identity))
+    runs[-1][0].update(batch - set(known))  # a version unknown here fails in the run
+    out = []
+    for names, identity in runs:
+        if identity is None:
+            table = replace(spec.table, replica_identity="f")
+        else:
+            assert isinstance(identity, tuple)
+            table = replace(spec.table, replica_identity="d", columns=tuple(
+                replace(c, is_key=c.name in identity) for c in spec.table.columns))
+        out.append((names, replace(spec, table=table)))
+    return out
 
 
 def _append_new(spark: Any, source: Any, spec: TableSpec, path: str,

@@ -30,6 +30,26 @@ CASES = {
         "ALTER TABLE t DROP CONSTRAINT pk", "ALTER TABLE t REPLICA IDENTITY FULL",
         "INSERT INTO t VALUES (1, 1), (1, 1)", "UPDATE t SET a = 10 WHERE id = 2",
         "DELETE FROM t WHERE id = 3", CAPTURE, APPLY],
+    # the batch holds changes written under both: an update written under the key carries
+    # no old row (a multiset needs it); a multiset's duplicates would fold under the key
+    "key dropped, one batch": [
+        "CREATE TABLE t (id int CONSTRAINT pk PRIMARY KEY, a int, b text)",
+        "INSERT INTO t SELECT g, g, 'x' FROM generate_series(1, 6) g", CAPTURE, APPLY,
+        "UPDATE t SET a = 10 WHERE id = 1", "DELETE FROM t WHERE id = 2",
+        "UPDATE t SET id = 20 WHERE id = 3",
+        "ALTER TABLE t DROP CONSTRAINT pk", "ALTER TABLE t REPLICA IDENTITY FULL",
+        "INSERT INTO t VALUES (1, 10, 'x'), (4, 4, 'x')", "UPDATE t SET b = 'y' WHERE id = 5",
+        "DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE id = 4 LIMIT 1)",
+        CAPTURE, APPLY],
+    "key added, one batch": [
+        "CREATE TABLE t (id int NOT NULL, a int)", "ALTER TABLE t REPLICA IDENTITY FULL",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 6) g", CAPTURE, APPLY,
+        "INSERT INTO t VALUES (1, 1), (7, 7), (7, 7)",
+        "DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE id = 1 LIMIT 1)",
+        "DELETE FROM t WHERE ctid IN (SELECT ctid FROM t WHERE id = 7 LIMIT 1)",
+        "ALTER TABLE t ADD PRIMARY KEY (id)", "ALTER TABLE t REPLICA IDENTITY DEFAULT",
+        "UPDATE t SET a = 70 WHERE id = 7", "UPDATE t SET id = 30 WHERE id = 3",
+        CAPTURE, APPLY],
     "identity by another index": [
         "CREATE TABLE t (id int PRIMARY KEY, u int NOT NULL, a int)",
         "CREATE UNIQUE INDEX ux ON t (u)",
