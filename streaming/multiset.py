@@ -59,9 +59,10 @@ its row is there, so a row the lake holds with other values stays beside it (pgc
 keyless table whose rows a DDL changed whole, truncate first); the reads of a resumed
 initial load would count twice what it reads again (under new positions, no key tells them
 apart), so pgcdc never resumes the load of a keyless table: it reads it whole while
-streaming, a truncate first, or stops (loads/initial_load.py ``_check_no_keyless``); an update
-or delete written under an earlier version of the table without REPLICA IDENTITY FULL (its
-old row is the key alone) matches no content and changes nothing.
+streaming, a truncate first, or stops (loads/initial_load.py ``_check_no_keyless``).  Changes
+written under a version of the table with a key (before REPLICA IDENTITY FULL, or a key
+dropped) never reach this module: the apply gives them to the keyed path, in their own run
+(streaming/apply.py ``_regime_runs``).
 """
 
 from __future__ import annotations
