@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from core.errors import TerminalError
 from core.wire import table_name
 from streaming import ownership, sql_text, toast
 from streaming.catalog import CatalogLog, LakeCatalog
@@ -291,6 +292,8 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             .selectExpr("_format", "source.table_version").distinct().collect())
     runs = _regime_runs(spec, versions or [], {v for _, v in encodings})
     if runs is not None:  # the batch's versions identify rows otherwise than ``spec``
+        for _, run_spec in runs:
+            _check_kept(spark, table_path(lake, spec), run_spec, spec)
         return sum(apply_table(
             spark, events.where(f"source.table_version IN ({_listed(run)})"),
             run_spec, lake, changelog=changelog, versions=versions, steps=step,
@@ -373,17 +376,39 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
 
 
 def _identity(version: TableSpec, spec: TableSpec,
-              versions: list[TableSpec]) -> tuple[str, ...] | None | bool:
-    """How ``version`` identified a row, by ``spec``'s column names: None for a multiset
-    (keyless: streaming/multiset.py), else its key columns; False where a key column of
-    ``version`` is not in ``spec`` (dropped since)."""
+              versions: list[TableSpec]) -> tuple[str, ...] | None:
+    """How ``version`` identified a row: None for a multiset (keyless:
+    streaming/multiset.py), else its key columns by ``spec``'s names (a key column
+    ``spec`` no longer has, dropped since, by its name in ``version``)."""
     if version.table.keyless:
         return None
     renames = renamed_names(spec, versions)
     then = {c.name for c in version.key_columns}
-    keys = tuple(c.name for c in spec.columns
-                 if renames.get(c.name, {}).get(version.version, c.name) in then)
-    return keys if len(keys) == len(then) else False
+    keys = [c.name for c in spec.columns
+            if renames.get(c.name, {}).get(version.version, c.name) in then]
+    found = {renames.get(n, {}).get(version.version, n) for n in keys}
+    return tuple(keys + sorted(then - found))
+
+
+class KeyDroppedError(TerminalError):
+    """Changes written under a key whose column the lake table no longer holds."""
+
+
+def _check_kept(spark: Any, path: str, run: TableSpec, spec: TableSpec) -> None:
+    """Raise :class:`KeyDroppedError` if ``run`` is keyed by a column that ``spec`` dropped
+    and the lake table no longer holds (dropped by an apply that read the catalog ahead of
+    these changes): their rows cannot be found."""
+    gone = {c.name for c in run.key_columns} - {c.name for c in spec.columns}
+    if not gone or not table_exists(spark, path):
+        return
+    held = set(spark.read.format("delta").load(path).columns)
+    if gone - held:
+        msg = (f"changes of {spec.qualified_name} written under its key {sorted(gone)} are "
+               f"pending, but the lake table {path} no longer has the column(s) "
+               f"{sorted(gone - held)}, so their rows cannot be found; load the table into "
+               "the lake again (pgcdc snapshot --lake) or start the job with "
+               "--archive-dropped before dropping a key column")
+        raise KeyDroppedError(msg)
 
 
 def _listed(names: set[str]) -> str:
@@ -396,37 +421,43 @@ def _regime_runs(spec: TableSpec, versions: list[TableSpec], batch: set[str]
     it applies them (its key columns, or keyless), in the order they were written; None
     when every version identifies rows as ``spec`` does (the usual case).
 
-    A key added to a keyless table or dropped from a keyed one (REPLICA IDENTITY changed)
-    makes the events before it a multiset's and those after a keyed table's, or the other
-    way round: an update written under a key carries no old row, which a multiset needs,
-    and a multiset's duplicates fold under a key.  Each run is applied as it was written,
-    one after the other."""
+    A key added to a keyless table or dropped from a keyed one (REPLICA IDENTITY changed,
+    the key's column dropped) makes the events before it a multiset's and those after a
+    keyed table's, or the other way round: an update written under a key carries no old
+    row, which a multiset needs, and a multiset's duplicates fold under a key.  Each run is
+    applied as it was written, one after the other; a run keyed by a column ``spec`` no
+    longer has keeps it in its spec (the lake still holds it: :func:`_check_kept`) until
+    the next run drops it."""
     known = {v.version: v for v in [*versions, spec]}
     order = {name: i for i, name in enumerate(known)}
     written = sorted((known[v] for v in batch if v in known),
                      key=lambda v: (v.lsn, order[v.version]))
     own = _identity(spec, spec, versions)
     found = [(v, _identity(v, spec, versions)) for v in written]
-    if all(identity == own or identity is False for _, identity in found):
+    if all(identity == own for _, identity in found):
         return None
-    runs: list[tuple[set[str], tuple[str, ...] | None | bool]] = []
+    runs: list[tuple[set[str], tuple[str, ...] | None, TableSpec]] = []
     for version, identity in found:
-        if identity is False:
-            identity = own
         if runs and runs[-1][1] == identity:
             runs[-1][0].add(version.version)
         else:
-            runs.append(({version.version}, identity))
+            runs.append(({version.version}, identity, version))
     runs[-1][0].update(batch - set(known))  # a version unknown here fails in the run
     out = []
-    for names, identity in runs:
+    for names, identity, version in runs:
         if identity is None:
-            table = replace(spec.table, replica_identity="f")
-        else:
-            assert isinstance(identity, tuple)
-            table = replace(spec.table, replica_identity="d", columns=tuple(
-                replace(c, is_key=c.name in identity) for c in spec.table.columns))
-        out.append((names, replace(spec, table=table)))
+            out.append((names, replace(spec, table=replace(spec.table, replica_identity="f"))))
+            continue
+        present = {c.name for c in spec.columns}
+        gone = [c for c in version.columns if c.name in identity and c.name not in present]
+        columns = tuple(replace(c, is_key=c.name in identity) for c in spec.table.columns)
+        attnums = spec.attnums
+        if gone:  # the key's columns dropped since: kept for this run
+            columns += tuple(replace(c.column, is_key=True) for c in gone)
+            if attnums is not None:
+                attnums = (*attnums, *(c.attnum for c in gone))
+        out.append((names, replace(spec, attnums=attnums, table=replace(
+            spec.table, replica_identity="d", columns=columns))))
     return out
 
 
