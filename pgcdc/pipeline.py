@@ -741,12 +741,14 @@ class Pipeline:
             rewritten = self.builder.rewritten
             entered = self.builder.entered
             detached = self.builder.detach_partitions()
+            before = {oid: self.builder.catalog.table(oid) for oid in rewritten}
             # persisted before the sink sees the commit: no event is acknowledged before
             # the catalog version it needs is durable
             self.builder.commit(txn.commit_lsn, txn.commit_time)
             if rewritten or entered:  # requested before the commit can be acknowledged
                 self._read_again({**dict.fromkeys(entered, "entered the publication"),
-                                  **rewritten}, txn.commit_lsn, whole=entered)
+                                  **rewritten}, txn.commit_lsn,
+                                 whole={*entered, *self._rekeyed(before)})
             for departure in detached:
                 self._detached(departure, txn.commit_lsn)
         for entry in self.builder.history.entries(after_version=self._catalog_published):
@@ -754,6 +756,20 @@ class Pipeline:
             self._catalog_published = entry.version  # consumers rebuild catalog_at(lsn)
         self.sink.end_transaction(end_lsn)
         self.progress.transactions += 1
+
+    def _rekeyed(self, before: dict[int, TableVersion | None]) -> set[int]:
+        """The tables of ``before`` (their versions before the transaction) that had no key
+        then or have none now, or whose key columns changed: their lake rows are not all
+        found by the key they are read again by (a multiset's rows, an identity column
+        added as the key), so they are read whole."""
+        out = set()
+        for oid, old in before.items():
+            new = self.builder.table(oid)
+            if old is None or new is None:
+                continue
+            if old.keyless or new.keyless or _key_of(old) != _key_of(new):
+                out.add(oid)
+        return out
 
     def _read_again(self, rewritten: dict[int, str], commit_lsn: int, *,
                     whole: Set[int] = frozenset()) -> None:
@@ -876,3 +892,8 @@ class Pipeline:
         if self._catalog_conn is None or self._catalog_conn.closed:
             self._catalog_conn = psycopg.connect(self.config.dsn, autocommit=True)
         return self._catalog_conn
+
+
+def _key_of(table: TableVersion) -> tuple[int | str, ...]:
+    """A table version's key columns, by attnum where known."""
+    return tuple(c.attnum if c.attnum is not None else c.name for c in table.key_columns)

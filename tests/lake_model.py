@@ -836,11 +836,12 @@ class LakeModel(RuleBasedStateMachine):
             self._create(table.name, keyed, kinds, rows=5)
 
     @precondition(lambda self: any(t.partitions is None for t in self.tables.values()))
-    @rule(pick=st.integers(0, 99))
-    def rekey(self, pick: int) -> None:
+    @rule(pick=st.integers(0, 99), drop=st.booleans())
+    def rekey(self, pick: int, drop: bool) -> None:
         """A keyed table loses its key (``id`` becomes a keyless table's ``k``, REPLICA
-        IDENTITY FULL, every row updated); a keyless one gains one (an identity column
-        ``id``: the table rewritten, ``k`` a column like the others)."""
+        IDENTITY FULL, every row updated; or with ``drop``, ``id`` dropped and ``k`` added
+        with a default); a keyless one gains one (an identity column ``id``: the table
+        rewritten, ``k`` a column like the others)."""
         table = self._pick(pick)
         if table.partitions is not None:
             return
@@ -851,6 +852,13 @@ class LakeModel(RuleBasedStateMachine):
                 self.program.run(sql.SQL("ALTER TABLE {} RENAME COLUMN k TO {}").format(
                     name, _ident(aside)))
                 table.columns[aside] = table.columns.pop("k")
+            if drop:  # the key's column itself
+                self.program.run(
+                    sql.SQL("ALTER TABLE {} DROP COLUMN id").format(name),
+                    sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(name),
+                    sql.SQL("ALTER TABLE {} ADD COLUMN k int DEFAULT 1").format(name))
+                table.keyed, table.pk = False, ""
+                return
             self.program.run(
                 sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(name, _ident(table.pk)),
                 sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(name),
