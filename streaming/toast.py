@@ -63,10 +63,9 @@ def origin(spec: TableSpec, moved: str) -> str:
            f"THEN named_struct({fields}) END AS {ORIGIN}"
 
 
-def _key(spec: TableSpec, alias: str = "") -> str:
-    """A struct of the key columns (of ``alias`` if given)."""
-    prefix = f"{alias}." if alias else ""
-    return _struct([(c.name, f"{prefix}{quote(c.name)}") for c in spec.key_columns])
+def _key(spec: TableSpec) -> str:
+    """A struct of the key columns."""
+    return _struct([(c.name, quote(c.name)) for c in spec.key_columns])
 
 
 def _struct(fields: list[tuple[str, str]]) -> str:
