@@ -125,13 +125,10 @@ def _roots(changes: Any, moved: Any) -> Any:
 
     # the old key's segment just before each move: the segment of its newest change before
     # (a move sorts before a change of the old key at its own position: there is none)
-    lookups = moved.selectExpr(f"{ORIGIN} AS _key", "_pos", "0 AS _tag", "_seg AS _mover",
-                               "CAST(NULL AS STRING) AS _found")
-    events = changes.selectExpr("_key", "_pos", "1 AS _tag", "CAST(NULL AS STRING) AS _mover",
-                                "_seg AS _found")
-    seg_type = changes.schema["_seg"].dataType.simpleString()
-    both = lookups.withColumn("_found", F.expr(f"CAST(NULL AS {seg_type})")).unionByName(
-        events.withColumn("_mover", F.expr(f"CAST(NULL AS {seg_type})")))
+    no_seg = f"CAST(NULL AS {changes.schema['_seg'].dataType.simpleString()})"
+    both = moved.selectExpr(f"{ORIGIN} AS _key", "_pos", "0 AS _tag", "_seg AS _mover",
+                            f"{no_seg} AS _found").unionByName(
+        changes.selectExpr("_key", "_pos", "1 AS _tag", f"{no_seg} AS _mover", "_seg AS _found"))
     before = Window.partitionBy("_key").orderBy("_pos", "_tag").rowsBetween(
         Window.unboundedPreceding, Window.currentRow)
     links = both.withColumn("_prev", F.last("_found", ignorenulls=True).over(before)) \
