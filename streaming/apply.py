@@ -73,7 +73,7 @@ from streaming.schema import (
     renamed_names,
     retyped_versions,
 )
-from streaming.tombstones import drop_superseded, record_deletes
+from streaming.tombstones import drop_superseded, record_deletes, tombstone_path
 
 log = logging.getLogger(__name__)
 
@@ -292,15 +292,22 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             .selectExpr("_format", "source.table_version").distinct().collect())
     runs = _regime_runs(spec, versions or [], {v for _, v in encodings})
     if runs is not None:  # the batch's versions identify rows otherwise than ``spec``
-        for _, run_spec in runs:
-            _check_kept(spark, table_path(lake, spec), run_spec, spec)
-        return sum(apply_table(
-            spark, events.where(f"source.table_version IN ({_listed(run)})"),
-            run_spec, lake, changelog=changelog, versions=versions, steps=step,
-            keep_dropped=keep_dropped, encodings=frozenset(e for e in encodings if e[1] in run),
-            idempotence=None if idempotence is None  # one Delta write per run, each its own
-            else (f"{idempotence[0]}/{i}" if len(runs) > 1 else idempotence[0], idempotence[1]))
-            for i, (run, run_spec) in enumerate(runs))
+        path = table_path(lake, spec)
+        applied = 0
+        for i, (run, run_spec) in enumerate(runs):
+            written = events.where(f"source.table_version IN ({_listed(run)})")
+            gone = _key_gone(spark, path, run_spec, spec)
+            if gone:
+                _check_replayed(spark, written, path, spec, gone)
+                continue  # applied already, before an apply dropped the key's column
+            applied += apply_table(
+                spark, written, run_spec, lake, changelog=changelog, versions=versions,
+                steps=step, keep_dropped=keep_dropped,
+                encodings=frozenset(e for e in encodings if e[1] in run),
+                idempotence=None if idempotence is None  # one Delta write per run, each its own
+                else (f"{idempotence[0]}/{i}" if len(runs) > 1 else idempotence[0],
+                      idempotence[1]))
+        return applied
     keyless = multiset.keyless(spec)
     events = table_events(events, spec, versions or [], sorted(encodings), lenient=not keyless)
     if keyless:  # rows without a key: a multiset, duplicates kept
@@ -394,21 +401,54 @@ class KeyDroppedError(TerminalError):
     """Changes written under a key whose column the lake table no longer holds."""
 
 
-def _check_kept(spark: Any, path: str, run: TableSpec, spec: TableSpec) -> None:
-    """Raise :class:`KeyDroppedError` if ``run`` is keyed by a column that ``spec`` dropped
-    and the lake table no longer holds (dropped by an apply that read the catalog ahead of
-    these changes): their rows cannot be found."""
+def _key_gone(spark: Any, path: str, run: TableSpec, spec: TableSpec) -> list[str]:
+    """The columns of ``run``'s key that ``spec`` dropped and the lake table no longer holds
+    (an apply of changes written after the drop dropped them there too)."""
     gone = {c.name for c in run.key_columns} - {c.name for c in spec.columns}
     if not gone or not table_exists(spark, path):
-        return
-    held = set(spark.read.format("delta").load(path).columns)
-    if gone - held:
-        msg = (f"changes of {spec.qualified_name} written under its key {sorted(gone)} are "
-               f"pending, but the lake table {path} no longer has the column(s) "
-               f"{sorted(gone - held)}, so their rows cannot be found; load the table into "
-               "the lake again (pgcdc snapshot --lake) or start the job with "
-               "--archive-dropped before dropping a key column")
+        return []
+    return sorted(gone - set(spark.read.format("delta").load(path).columns))
+
+
+def _newest_applied(spark: Any, path: str, oid: int) -> tuple[int, int] | None:
+    """The newest change the lake table shows applied: its rows' and tombstones' positions,
+    its multiset watermark, its newest truncate."""
+    from streaming import multiset  # (it imports this module)
+
+    found = [multiset.applied_through(spark, path, oid), truncated_at(spark, path)]
+    for at in (path, tombstone_path(path)):
+        if table_exists(spark, at):
+            newest = spark.read.format("delta").load(at).selectExpr(
+                f"max(struct({COMMIT_LSN}, {ORDINAL})) AS p").collect()[0]["p"]
+            found.append(None if newest is None else (int(newest[0]), int(newest[1])))
+    return max((p for p in found if p is not None), default=None)
+
+
+def _check_replayed(spark: Any, events: Any, path: str, spec: TableSpec,
+                    gone: list[str]) -> None:
+    """Changes written under a key whose column the lake table no longer holds: they were
+    applied before the apply that dropped the column (a batch applied again after a crash,
+    changes sent again after ``pgcdc run`` restarted), or :class:`KeyDroppedError`.
+
+    A change reaches a table's topic after every change written before it, or again, sent a
+    second time; the drop was applied with changes written after the key's, so every change
+    written under the key that was in the topic by then was applied too.  What the lake
+    shows applied bounds them: a change newer than that is pending, and its row cannot be
+    found."""
+    newest = _newest_applied(spark, path, spec.oid)
+    pending = events if newest is None else events.where(
+        f"source.commit_lsn > {newest[0]} OR (source.commit_lsn = {newest[0]} "
+        f"AND source.ordinal > {newest[1]})")
+    count = pending.count()
+    if count:
+        msg = (f"{count} change(s) of {spec.qualified_name} written under its key {gone} are "
+               f"pending, but the lake table {path} no longer has the column(s) {gone}, so "
+               "their rows cannot be found; load the table into the lake again (pgcdc "
+               "snapshot --lake) or start the job with --archive-dropped before dropping a "
+               "key column")
         raise KeyDroppedError(msg)
+    log.info("%s: changes written under its dropped key %s were applied already (the lake "
+             "shows changes through %s applied); left out", spec.qualified_name, gone, newest)
 
 
 def _listed(names: set[str]) -> str:
@@ -426,8 +466,8 @@ def _regime_runs(spec: TableSpec, versions: list[TableSpec], batch: set[str]
     keyed table's, or the other way round: an update written under a key carries no old
     row, which a multiset needs, and a multiset's duplicates fold under a key.  Each run is
     applied as it was written, one after the other; a run keyed by a column ``spec`` no
-    longer has keeps it in its spec (the lake still holds it: :func:`_check_kept`) until
-    the next run drops it."""
+    longer has keeps it in its spec (the lake still holds it) until the next run drops it,
+    or is left out where the lake no longer does (applied already: :func:`_check_replayed`)."""
     known = {v.version: v for v in [*versions, spec]}
     order = {name: i for i, name in enumerate(known)}
     written = sorted((known[v] for v in batch if v in known),

@@ -99,3 +99,30 @@ def test_the_lake_follows_a_key_that_changes(case: str, pg_server: PostgresServe
                                              kafka_servers: str, spark: Any,
                                              tmp_path: Path) -> None:
     lake_equals_source(Rig(pg_server, kafka_servers, spark, tmp_path), *CASES[case])
+
+
+def test_a_batch_applied_again_after_its_key_column_was_dropped(
+        pg_conn: Any, pg_dsn: str, kafka_servers: str, topic_prefix: str, spark: Any,
+        tmp_path: Path) -> None:
+    """A batch with changes written under the key, the key's column dropped and keyless
+    changes after it, applied again (a driver killed before its checkpoint): the lake no
+    longer holds the key's column, and the keyed changes, applied the first time, are
+    recognized as such instead of stopping the job."""
+    from tests.integration.test_spark_rename import _Lake, _prepare, _rows, _stream
+
+    history = tmp_path / "catalog"
+    pg_conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    _prepare(pg_dsn, history)
+    _rows(pg_conn, "t", 1, 6, "a")
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, history)
+    lake = _Lake(spark, kafka_servers, topic_prefix, tmp_path)
+    lake.apply()
+    for statement in ("UPDATE t SET v = 'b' WHERE id = 1", "DELETE FROM t WHERE id = 2",
+                      "ALTER TABLE t DROP COLUMN id", "ALTER TABLE t REPLICA IDENTITY FULL",
+                      "INSERT INTO t VALUES ('c'), ('c')", "UPDATE t SET v = 'd' WHERE v = 'a3'"):
+        pg_conn.execute(statement)
+    _stream(pg_dsn, kafka_servers, topic_prefix, pg_conn, history)
+    lake.apply()
+    lake.check(pg_dsn, ["public.t"], [])
+    lake.replay()
+    lake.check(pg_dsn, ["public.t"], [])
