@@ -216,6 +216,7 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
             spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(update)})")
             properties.update(update)
     added = [(n, t) for n, t in columns if n not in present]
+    _support_types(spark, target, present, [t for n, t in columns if present.get(n) != t])
     if added:
         ddl = ", ".join(f"{quote(n)} {t}" for n, t in added)
         spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({ddl})")
@@ -237,6 +238,22 @@ def evolve(spark: Any, path: str, spec: TableSpec, meta_columns: tuple[str, ...]
         log.info("widened %s.%s from %s to %s", path, name, have, wanted)
     _STATE[path] = (spec.version, properties)
     return DeltaTable.forPath(spark, path) if changed else table
+
+
+# the table features a column type needs: Delta enables one by itself when a table is
+# created with such a column, but not when one is added or retyped (ALTER TABLE fails with
+# DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT)
+_TYPE_FEATURES = {"timestamp_ntz": "timestampNtz"}
+
+
+def _support_types(spark: Any, target: str, present: dict[str, str], wanted: list[str]) -> None:
+    """Enable the table features that the ``wanted`` column types need and no ``present``
+    column needed so far (a ``timestamp`` column added to a table that had none)."""
+    features = sorted({feature for kind, feature in _TYPE_FEATURES.items()
+                       if kind in wanted and kind not in present.values()})
+    if features:
+        enabled = ", ".join(f"'delta.feature.{f}' = 'supported'" for f in features)
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({enabled})")
 
 
 def _dropped(spec: TableSpec, present: dict[str, str], known: dict[str, str],

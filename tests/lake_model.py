@@ -89,6 +89,15 @@ TYPES: dict[str, tuple[str, str, str]] = {
     # update that leaves it as it was does not send it again (streaming/toast.py)
     "big": ("(SELECT string_agg(md5(({g})::text || h::text), '') FROM generate_series(1, 200) h)",
             "'d'", "md5(random()::text)"),
+    # strings in the lake: JSON kept as the server prints it, an array as JSON, bytes, an
+    # interval as ISO 8601 (docs/types.md); {{ and }} are braces (the values are formatted)
+    "jsonb": ("jsonb_build_object('g', {g}, 'l', jsonb_build_array({g}, NULL, 'x'))",
+              "'{{\"d\": [1, 2]}}'", "jsonb_build_object('r', random())"),
+    "int[]": ("ARRAY[{g}, NULL, ({g}) * 2]", "'{{7,8}}'", "ARRAY[(random() * 9)::int]"),
+    "bytea": ("decode(md5(({g})::text), 'hex')", "'\\x00ff'",
+              "decode(md5(random()::text), 'hex')"),
+    "interval": ("({g}) * interval '1 day 3.5 seconds'", "'1 mon'",
+                 "random() * interval '9 days'"),
     # the program's own types (:data:`USER_TYPES`): an enum that gains labels, a domain, a
     # composite that gains attributes ({extra}: a NULL for each one added)
     "mood": ("(enum_range(NULL::mood))[1 + abs({g}) % cardinality(enum_range(NULL::mood))]",
