@@ -53,13 +53,14 @@ def publication_exists(conn: Conn, name: str) -> bool:
     return row is not None
 
 
-def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, create: bool) -> None:
+def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, create: bool) -> bool:
     """Make sure the publication exists; create it for ``tables`` (``schema.table``) if allowed.
+    Whether it was created here.
 
     With ``tables=None`` a created publication covers ``ALL TABLES`` (needs superuser).
     """
     if publication_exists(conn, name):
-        return
+        return False
     if not create:
         raise PublicationMissingError(name)
     if tables:
@@ -77,10 +78,18 @@ def ensure_publication(conn: Conn, name: str, tables: list[str] | None, *, creat
         raise PublishedTableMissingError(name, tables or [],
                                          exc.diag.message_primary or str(exc)) from None
     log.info("created publication %s", name)
+    return True
 
 
-def check_identity(conn: Conn, publication: str) -> None:
-    """Every published table must be keyable: a primary key or a replica identity index/full."""
+def check_identity(conn: Conn, publication: str, *, created: bool = True) -> None:
+    """Every published table must be keyable: a primary key or a replica identity index/full.
+
+    A publication that publishes updates and deletes makes PostgreSQL refuse them on a
+    table without either, so a publication ``created`` here with such a table is refused
+    (:class:`MissingIdentityError`: the application's updates would fail).  In a
+    publication that exists (a table created since without a key: ``CREATE TABLE ... AS``)
+    such a table can only gain rows, which are captured and applied as a multiset: a
+    warning names it, and a restart is not refused."""
     rows = conn.execute(
         """
         SELECT format('%%I.%%I', n.nspname, c.relname)
@@ -95,8 +104,15 @@ def check_identity(conn: Conn, publication: str) -> None:
         """,
         (publication,),
     ).fetchall()
-    if rows:
+    if rows and created:
         raise MissingIdentityError([str(r[0]) for r in rows])
+    if rows:
+        log.warning("table(s) %s of publication %s have neither a primary key nor a replica "
+                    "identity: PostgreSQL refuses their updates and deletes while the "
+                    "publication publishes them, so only their inserts (and truncates) are "
+                    "captured, applied to the lake as a multiset; to change their rows, add "
+                    "a primary key or set REPLICA IDENTITY FULL",
+                    ", ".join(str(r[0]) for r in rows), publication)
 
 
 def slot_info(conn: Conn, slot: str) -> SlotInfo | None:

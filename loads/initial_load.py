@@ -279,9 +279,9 @@ class InitialLoad:
             if state is None:
                 if slot is not None:
                     raise SlotExistsError(cfg.slot, self.store.path)
-                ensure_publication(conn, cfg.publication, cfg.tables,
-                                   create=cfg.create_publication)
-                check_identity(conn, cfg.publication)
+                created = ensure_publication(conn, cfg.publication, cfg.tables,
+                                             create=cfg.create_publication)
+                check_identity(conn, cfg.publication, created=created)
                 self._install_ddl_capture(conn)
         if state is not None and state.status == COMPLETE:
             return LoadSummary(state, self.progress, resumed=False, complete=True)

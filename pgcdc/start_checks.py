@@ -84,8 +84,8 @@ def checked_publication(conn: Conn, publication: str, tables: list[str] | None, 
     identities, and the role's privileges.  One transaction: a failed check leaves no
     publication behind."""
     with conn.transaction():
-        ensure_publication(conn, publication, tables, create=create)
-        check_identity(conn, publication)
+        created = ensure_publication(conn, publication, tables, create=create)
+        check_identity(conn, publication, created=created)
         check_privileges(conn, publication, capture_ddl=capture_ddl)
         warn_generated_columns(conn, publication)
         warn_unpublished_operations(conn, publication)
