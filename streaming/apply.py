@@ -436,6 +436,7 @@ def _check_replayed(spark: Any, events: Any, path: str, spec: TableSpec,
     shows applied bounds them: a change newer than that is pending, and its row cannot be
     found."""
     newest = _newest_applied(spark, path, spec.oid)
+    events = events.where(f"source.table_oid = {spec.oid}")
     pending = events if newest is None else events.where(
         f"source.commit_lsn > {newest[0]} OR (source.commit_lsn = {newest[0]} "
         f"AND source.ordinal > {newest[1]})")
