@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     failures: list[dict[str, Any]] = []
     started = time.monotonic()
-    with PostgresServer() as server, KafkaBroker() as broker, \
+    # transactions larger than this are streamed in progress (pgoutput's stream messages)
+    settings = {"logical_decoding_work_mem": args.decoding_work_mem}
+    with PostgresServer(settings=settings) as server, KafkaBroker() as broker, \
             tempfile.TemporaryDirectory() as tmp:
         spark = build_session("pgcdc-lake-model")
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))  # see the CI test
@@ -174,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", type=int, default=100, help="programs to run (100)")
     parser.add_argument("--steps", type=int, default=25, help="at most this many steps each")
     parser.add_argument("--seed", type=int, default=1, help="the run's seed (programs, kills)")
+    parser.add_argument("--decoding-work-mem", default="64kB",
+                        help="the server's logical_decoding_work_mem: a transaction larger "
+                             "than this (a few rows of the model's TOASTed column) reaches "
+                             "pgcdc streamed while in progress (64kB, PostgreSQL's least)")
     parser.add_argument("--start", type=int, default=0,
                         help="the first program: a run from a later batch (its seed and "
                              "encoding as in the full run) (0)")
