@@ -290,20 +290,24 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
         encodings = frozenset(
             (str(r[0]), str(r[1])) for r in events.where(f"source.table_oid = {spec.oid}")
             .selectExpr("_format", "source.table_version").distinct().collect())
-    runs = _regime_runs(spec, versions or [], {v for _, v in encodings})
+    history = _history(spec, versions or [])
+    batch = {v for _, v in encodings}
+    runs = _regime_runs(spec, versions or [], history,
+                        _occurring(events, spec, history, batch),
+                        batch - {v.version for v in history})
     if runs is not None:  # the batch's versions identify rows otherwise than ``spec``
         path = table_path(lake, spec)
         applied = 0
         for i, (run, run_spec) in enumerate(runs):
-            written = events.where(f"source.table_version IN ({_listed(run)})")
-            gone = _key_gone(spark, path, run_spec, spec)
+            written = events.where(run.where)
+            gone = _kept_gone(spark, path, run_spec, spec)
             if gone:
                 _check_replayed(spark, written, path, spec, gone)
                 continue  # applied already, before an apply dropped the key's column
             applied += apply_table(
                 spark, written, run_spec, lake, changelog=changelog, versions=versions,
                 steps=step, keep_dropped=keep_dropped,
-                encodings=frozenset(e for e in encodings if e[1] in run),
+                encodings=frozenset(e for e in encodings if e[1] in run.versions),
                 idempotence=None if idempotence is None  # one Delta write per run, each its own
                 else (f"{idempotence[0]}/{i}" if len(runs) > 1 else idempotence[0],
                       idempotence[1]))
@@ -401,10 +405,10 @@ class KeyDroppedError(TerminalError):
     """Changes written under a key whose column the lake table no longer holds."""
 
 
-def _key_gone(spark: Any, path: str, run: TableSpec, spec: TableSpec) -> list[str]:
-    """The columns of ``run``'s key that ``spec`` dropped and the lake table no longer holds
-    (an apply of changes written after the drop dropped them there too)."""
-    gone = {c.name for c in run.key_columns} - {c.name for c in spec.columns}
+def _kept_gone(spark: Any, path: str, run: TableSpec, spec: TableSpec) -> list[str]:
+    """The key columns ``run`` keeps that ``spec`` dropped (:func:`_kept_keys`) and the lake
+    table no longer holds (an apply of the changes after theirs dropped them there too)."""
+    gone = {c.name for c in run.columns} - {c.name for c in spec.columns}
     if not gone or not table_exists(spark, path):
         return []
     return sorted(gone - set(spark.read.format("delta").load(path).columns))
@@ -456,50 +460,121 @@ def _listed(names: set[str]) -> str:
     return ", ".join(sql_text.literal(n) for n in sorted(names))
 
 
-def _regime_runs(spec: TableSpec, versions: list[TableSpec], batch: set[str]
-                 ) -> list[tuple[set[str], TableSpec]] | None:
-    """The batch's table versions in runs that identify rows alike, each with ``spec`` as
-    it applies them (its key columns, or keyless), in the order they were written; None
-    when every version identifies rows as ``spec`` does (the usual case).
+@dataclass(frozen=True)
+class _Run:
+    """Table versions of a batch applied alike (:func:`_regime_runs`): their version
+    strings, and the SQL condition that picks their events."""
+
+    versions: frozenset[str]
+    where: str
+
+
+def _history(spec: TableSpec, versions: list[TableSpec]) -> list[TableSpec]:
+    """The table's versions in the order they took effect, each time one did: a definition
+    that came back (a key dropped, the table as it was before the key was added) has one
+    version string for each of its times (identical definitions, identical versions)."""
+    history = sorted(versions, key=lambda v: v.lsn)  # (stable: the catalog's order at a tie)
+    if not history or history[-1].version != spec.version:
+        history.append(spec)
+    return history
+
+
+def _span(history: list[TableSpec], i: int) -> str:
+    """The condition on an event of ``history[i]``'s version string that it was written in
+    that version's time, not in another time of the same definition (by commit LSN)."""
+    same = [j for j, v in enumerate(history) if v.version == history[i].version]
+    at = same.index(i)
+    bounds = ([f"source.commit_lsn >= {history[i].lsn}"] if at > 0 else []) + (
+        [f"source.commit_lsn < {history[same[at + 1]].lsn}"] if at + 1 < len(same) else [])
+    return " AND ".join([f"source.table_version = {sql_text.literal(history[i].version)}",
+                         *bounds])
+
+
+def _occurring(events: Any, spec: TableSpec, history: list[TableSpec],
+               batch: set[str]) -> list[int]:
+    """The times of ``history`` (indexes) that the batch's events of ``spec``'s table were
+    written in; a version string with several times is told apart by the events' commit
+    LSNs (one Spark job, only then)."""
+    times: dict[str, list[int]] = {}
+    for i, version in enumerate(history):
+        times.setdefault(version.version, []).append(i)
+    found = {times[v][0] for v in batch if len(times.get(v, [])) == 1}
+    several = sorted(v for v in batch if len(times.get(v, [])) > 1)
+    if several:
+        cases = " ".join(f"WHEN {_span(history, i)} THEN {i}" for v in several
+                         for i in times[v])
+        found |= {int(r[0]) for r in events.where(f"source.table_oid = {spec.oid}")
+                  .selectExpr(f"CASE {cases} END").distinct().collect() if r[0] is not None}
+    return sorted(found)
+
+
+def _regime_runs(spec: TableSpec, versions: list[TableSpec], history: list[TableSpec],
+                 occurring: list[int], unknown: set[str]
+                 ) -> list[tuple[_Run, TableSpec]] | None:
+    """The batch's table versions (the times of ``history`` it holds events of,
+    ``occurring``) in runs that identify rows alike, each with ``spec`` as it applies them
+    (its key columns, or keyless), in the order they were written; None when every
+    version identifies rows as ``spec`` does and no key column is kept (the usual case).
 
     A key added to a keyless table or dropped from a keyed one (REPLICA IDENTITY changed,
     the key's column dropped) makes the events before it a multiset's and those after a
     keyed table's, or the other way round: an update written under a key carries no old
     row, which a multiset needs, and a multiset's duplicates fold under a key.  Each run is
-    applied as it was written, one after the other; a run keyed by a column ``spec`` no
-    longer has keeps it in its spec (the lake still holds it) until the next run drops it,
-    or is left out where the lake no longer does (applied already: :func:`_check_replayed`)."""
-    known = {v.version: v for v in [*versions, spec]}
-    order = {name: i for i, name in enumerate(known)}
-    written = sorted((known[v] for v in batch if v in known),
-                     key=lambda v: (v.lsn, order[v.version]))
+    applied as it was written, one after the other.
+
+    A column that a version from the run's on is keyed by, and that ``spec`` no longer has
+    (dropped since), stays in the run's spec (:func:`_kept_keys`): the lake keeps it, with
+    its values, until the changes written under that key are applied, and the run after
+    the last of them drops it.  Where the lake no longer holds it, those changes were
+    applied already, and are left out (:func:`_check_replayed`)."""
     own = _identity(spec, spec, versions)
-    found = [(v, _identity(v, spec, versions)) for v in written]
-    if all(identity == own for _, identity in found):
+    found = [(i, _identity(history[i], spec, versions)) for i in occurring]
+    if all(identity == own for _, identity in found) and not (
+            occurring and _kept_keys(spec, history[occurring[0]:])):
         return None
-    runs: list[tuple[set[str], tuple[str, ...] | None, TableSpec]] = []
-    for version, identity in found:
+    runs: list[tuple[list[int], tuple[str, ...] | None]] = []
+    for i, identity in found:
         if runs and runs[-1][1] == identity:
-            runs[-1][0].add(version.version)
+            runs[-1][0].append(i)
         else:
-            runs.append(({version.version}, identity, version))
-    runs[-1][0].update(batch - set(known))  # a version unknown here fails in the run
+            runs.append(([i], identity))
     out = []
-    for names, identity, version in runs:
-        if identity is None:
-            out.append((names, replace(spec, table=replace(spec.table, replica_identity="f"))))
-            continue
-        present = {c.name for c in spec.columns}
-        gone = [c for c in version.columns if c.name in identity and c.name not in present]
-        columns = tuple(replace(c, is_key=c.name in identity) for c in spec.table.columns)
+    for n, (members, identity) in enumerate(runs):
+        version = history[members[0]]
+        keys = set(identity or ())
+        kept = _kept_keys(spec, history[members[0]:])
+        columns = spec.table.columns if identity is None else tuple(
+            replace(c, is_key=c.name in keys) for c in spec.table.columns)
+        then = {c.attnum for c in version.key_columns} - {None}  # (renamed before the drop)
+        columns += tuple(replace(c.column, is_key=identity is not None and (
+            c.name in keys or c.attnum in then)) for c in kept)
         attnums = spec.attnums
-        if gone:  # the key's columns dropped since: kept for this run
-            columns += tuple(replace(c.column, is_key=True) for c in gone)
-            if attnums is not None:
-                attnums = (*attnums, *(c.attnum for c in gone))
-        out.append((names, replace(spec, attnums=attnums, table=replace(
-            spec.table, replica_identity="d", columns=columns))))
+        if kept and attnums is not None:
+            attnums = (*attnums, *(c.attnum for c in kept))
+        strings = {history[i].version for i in members}
+        where = [f"({_span(history, i)})" for i in members]
+        if n == len(runs) - 1 and unknown:  # a version unknown here fails in the run
+            strings |= unknown
+            where.append(f"source.table_version IN ({_listed(unknown)})")
+        run = _Run(frozenset(strings), " OR ".join(where))
+        out.append((run, replace(spec, attnums=attnums, table=replace(
+            spec.table, replica_identity="d" if identity is not None else "f",
+            columns=columns))))
     return out
+
+
+def _kept_keys(spec: TableSpec, later: list[TableSpec]) -> list[ColumnSpec]:
+    """The key columns of the ``later`` versions that ``spec`` no longer has (by attnum,
+    else by name), each by the name it last had."""
+    held = {c.attnum if c.attnum is not None else c.name for c in spec.columns}
+    taken = {c.name for c in spec.columns}  # (a column added again under its name: as before)
+    kept: dict[int | str, ColumnSpec] = {}
+    for version in later:
+        for column in version.key_columns:
+            identity = column.attnum if column.attnum is not None else column.name
+            if identity not in held and column.name not in taken:
+                kept[identity] = column
+    return list(kept.values())
 
 
 def _append_new(spark: Any, source: Any, spec: TableSpec, path: str,
