@@ -564,12 +564,16 @@ def _regime_runs(spec: TableSpec, versions: list[TableSpec], history: list[Table
 
 
 def _kept_keys(spec: TableSpec, later: list[TableSpec]) -> list[ColumnSpec]:
-    """The key columns of the ``later`` versions that ``spec`` no longer has (by attnum,
-    else by name), each by the name it last had."""
+    """The key columns of the ``later`` versions with a key that ``spec`` no longer has (by
+    attnum, else by name), each by the name it last had.  (A keyless version's columns are
+    all "key" under REPLICA IDENTITY FULL, but a multiset finds rows by the content of the
+    columns the table still has: a column dropped since is not needed for that.)"""
     held = {c.attnum if c.attnum is not None else c.name for c in spec.columns}
     taken = {c.name for c in spec.columns}  # (a column added again under its name: as before)
     kept: dict[int | str, ColumnSpec] = {}
     for version in later:
+        if version.table.keyless:
+            continue
         for column in version.key_columns:
             identity = column.attnum if column.attnum is not None else column.name
             if identity not in held and column.name not in taken:
