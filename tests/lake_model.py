@@ -485,6 +485,14 @@ class Program:
             results = compare(conn, self.rig.spark, self.lake, tables)
         unequal = [r for r in results if not r.equal]
         assert not unequal, f"lake differs from source: {unequal}; program:\n{listing}"
+        # and no column more (compare reads the source's columns only): a dropped column
+        # left behind is a lake that is no clone
+        for spec in tables:
+            frame = self.rig.spark.read.format("delta").load(table_path(self.lake, spec))
+            extra = sorted(set(frame.columns) - {c.name for c in spec.columns}
+                           - {c for c in frame.columns if c.startswith("_pgcdc_")})
+            assert not extra, (f"the lake table of {spec.qualified_name} has columns the source "
+                               f"has not: {extra}; program:\n{listing}")
         if os.environ.get("PGCDC_MODEL_VERBOSE"):
             rows = ", ".join(f"{r.table} {r.source.rows} rows" for r in results)
             print(f"\n-- program {self.slot}: equal ({rows})\n{listing}")
