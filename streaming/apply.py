@@ -292,9 +292,10 @@ def apply_table(spark: Any, events: Any, spec: TableSpec, lake: str, *,
             .selectExpr("_format", "source.table_version").distinct().collect())
     history = _history(spec, versions or [])
     batch = {v for _, v in encodings}
-    runs = _regime_runs(spec, versions or [], history,
-                        _occurring(events, spec, history, batch),
-                        batch - {v.version for v in history})
+    runs = None if _uniform(spec, versions or [], history, [
+        i for i, v in enumerate(history) if v.version in batch]) else _regime_runs(
+        spec, versions or [], history, _occurring(events, spec, history, batch),
+        batch - {v.version for v in history})
     if runs is not None:  # the batch's versions identify rows otherwise than ``spec``
         path = table_path(lake, spec)
         applied = 0
@@ -441,9 +442,8 @@ def _check_replayed(spark: Any, events: Any, path: str, spec: TableSpec,
     found."""
     newest = _newest_applied(spark, path, spec.oid)
     events = events.where(f"source.table_oid = {spec.oid}")
-    pending = events if newest is None else events.where(
-        f"source.commit_lsn > {newest[0]} OR (source.commit_lsn = {newest[0]} "
-        f"AND source.ordinal > {newest[1]})")
+    pending = events if newest is None else events.where(sql_text.position(
+        *newest, ">", columns=("source.commit_lsn", "source.ordinal")))
     count = pending.count()
     if count:
         msg = (f"{count} change(s) of {spec.qualified_name} written under its key {gone} are "
@@ -527,11 +527,9 @@ def _regime_runs(spec: TableSpec, versions: list[TableSpec], history: list[Table
     its values, until the changes written under that key are applied, and the run after
     the last of them drops it.  Where the lake no longer holds it, those changes were
     applied already, and are left out (:func:`_check_replayed`)."""
-    own = _identity(spec, spec, versions)
-    found = [(i, _identity(history[i], spec, versions)) for i in occurring]
-    if all(identity == own for _, identity in found) and not (
-            occurring and _kept_keys(spec, history[occurring[0]:])):
+    if _uniform(spec, versions, history, occurring):
         return None
+    found = [(i, _identity(history[i], spec, versions)) for i in occurring]
     runs: list[tuple[list[int], tuple[str, ...] | None]] = []
     for i, identity in found:
         if runs and runs[-1][1] == identity:
@@ -561,6 +559,18 @@ def _regime_runs(spec: TableSpec, versions: list[TableSpec], history: list[Table
             spec.table, replica_identity="d" if identity is not None else "f",
             columns=columns))))
     return out
+
+
+def _uniform(spec: TableSpec, versions: list[TableSpec], history: list[TableSpec],
+             times: list[int]) -> bool:
+    """Whether the ``times`` of ``history`` (indexes, oldest first) all identify rows as
+    ``spec`` does and no key column is kept from the first of them on: one run, as
+    ``spec``.  Asked first of every time of the batch's version strings, so that the usual
+    batch (and one of a definition that came back alike) needs no job to tell its times
+    apart (:func:`_occurring`)."""
+    own = _identity(spec, spec, versions)
+    return all(_identity(history[i], spec, versions) == own for i in times) and not (
+        times and _kept_keys(spec, history[times[0]:]))
 
 
 def _kept_keys(spec: TableSpec, later: list[TableSpec]) -> list[ColumnSpec]:
